@@ -1,0 +1,321 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/**
+ * @file
+ * Port driver (PMD) interface.
+ *
+ * A transport is a folder under pmd/ with one const struct kvt_pmd_ops,
+ * registered by KVT_PMD_REGISTER().  At kvt_init() each enabled PMD's probe
+ * creates its ports with kvt_port_create().  Every port is owned by one
+ * lcore: submit and poll run there, nowhere else, and must not block, lock
+ * or allocate.  The control-path callbacks (memory, connections) run on
+ * application or control threads; a callback that must touch state the
+ * lcore owns uses kvt_port_call().
+ *
+ * This header is all a PMD may include from kvt; lib/ never includes a
+ * PMD's headers.
+ */
+#ifndef KVT_PMD_H
+#define KVT_PMD_H
+
+#include <inttypes.h>
+#include <stdint.h>
+#include <stddef.h>
+#include <sys/socket.h>
+
+#include <rte_common.h>
+#include <rte_log.h>
+
+#include "kvt.h"
+
+#define KVT_MAX_PORTS 32
+
+/** Memory location kinds. */
+enum kvt_loc_type {
+	KVT_LOC_CPU = 0,
+	KVT_LOC_CUDA = 1,
+};
+
+struct kvt_loc {
+	uint16_t type;		/**< enum kvt_loc_type */
+	int16_t id;		/**< NUMA node or CUDA device */
+};
+
+/** Growable byte buffer for handshake blobs (control path only). */
+struct kvt_buf {
+	uint8_t *data;
+	size_t len;
+	size_t cap;
+};
+
+/** Append n bytes; @return 0 or -ENOMEM. */
+int kvt_buf_put(struct kvt_buf *b, const void *p, size_t n);
+void kvt_buf_free(struct kvt_buf *b);
+
+/** Internal region flag: the region is a fence table. */
+#define KVT_MEM_F_FENCE (1u << 16)
+
+/** A region registered here, as transports see it. */
+struct kvt_lmem {
+	uint8_t *addr;
+	uint64_t len;
+	uint32_t flags;		/**< KVT_MEM_REMOTE_*, KVT_MEM_F_FENCE */
+	struct kvt_loc loc;
+	int fd;			/**< memfd backing the range, or -1 */
+	uint64_t fd_off;	/**< offset of addr inside fd */
+	uint64_t fd_ino;	/**< inode of fd, so importers can check it */
+	uint32_t port_mask;	/**< ports that registered it */
+	void *key[KVT_MAX_PORTS];	/**< per-port registration */
+};
+
+/** A region a peer exports, as imported here. */
+struct kvt_rmem {
+	uint64_t base;		/**< in the peer's address space */
+	uint64_t len;
+	uint32_t flags;
+	uint32_t fence_slots;
+	struct kvt_loc loc;
+	uint32_t port_mask;	/**< ports that imported it */
+	void *key[KVT_MAX_PORTS];	/**< per-port import */
+};
+
+struct kvt_port;
+struct kvt_pmd;
+struct kvt_peer;
+
+/** Identity of the other engine of a connection. */
+struct kvt_peer_info {
+	char name[64];
+	uint8_t host_id[32];	/**< boot id + network namespace */
+	uint32_t pid;
+	int same_host;		/**< host_id equals ours */
+	struct sockaddr_storage ctl_addr;	/**< its control address */
+};
+
+/**
+ * State of one (peer, port) pair.  A PMD embeds it as the first member of
+ * its own connection structure.
+ */
+struct kvt_conn {
+	struct kvt_port *port;
+	/** The other engine's port at the far end; conn_open sets it from
+	 *  the endpoint it chose, the engine sets it on the accepting side. */
+	uint16_t remote_port;
+	struct kvt_peer_info info;
+	/** Set (release) by the engine when the peer is lost; the lcore
+	 *  reads it (acquire) and fails slices of this connection. */
+	uint32_t dead;
+	/** Accepting side: the inbox notifications of this peer go to. */
+	struct kvt_inbox *inbox;
+};
+
+/** One endpoint the other engine announced for a PMD. */
+struct kvt_endpoint {
+	char port_name[32];
+	uint16_t port_id;	/**< its port index at the other engine */
+	const uint8_t *blob;
+	size_t len;
+};
+
+/** Descriptor operations. */
+enum kvt_desc_op {
+	KVT_DESC_READ = 1,	/**< remote -> local */
+	KVT_DESC_WRITE = 2,	/**< local -> remote */
+	KVT_DESC_FENCE,		/**< store value at remote (release) */
+	KVT_DESC_NOTIFY,	/**< deliver data/len to the peer's inbox */
+	KVT_DESC_DONE,		/**< ordered ports: everything before is done */
+	KVT_DESC_CALL,		/**< run a control function on the lcore */
+};
+
+/** One slice of work on a port.  Lives in the engine's mempool. */
+struct kvt_desc {
+	uint8_t op;
+	uint8_t flags;		/**< engine-private */
+	uint16_t port;
+	uint32_t len;
+	struct kvt_conn *conn;
+	const struct kvt_lmem *lm;
+	const struct kvt_rmem *rm;
+	uint8_t *local;
+	uint64_t remote;	/**< peer address (data, fence word) */
+	uint64_t value;		/**< FENCE: the room id */
+	const void *data;	/**< NOTIFY: payload */
+	void *owner;		/**< engine-private */
+	struct kvt_desc *next;	/**< free for whoever holds the desc */
+	uint64_t pmd_data[2];	/**< scratch for the PMD */
+} __rte_cache_aligned;
+
+/**
+ * Settle a descriptor (lcore context).  err is 0 or a negative errno; a
+ * retryable error (-ECONNRESET, -EIO, -ETIMEDOUT on a data slice) moves the
+ * slice to another eligible port when there is one.  The descriptor must
+ * not be touched afterwards.
+ */
+void kvt_desc_complete(struct kvt_desc *d, int err);
+
+/**
+ * CPU-driven ports: carry out a DONE descriptor (after everything queued
+ * before it on the connection completed).  A DONE is honoured even on a
+ * dead connection: it is a local store.
+ */
+static inline void
+kvt_desc_store_done(const struct kvt_desc *d)
+{
+	__atomic_store_n((uint64_t *)(uintptr_t)d->remote, d->value,
+			 __ATOMIC_RELEASE);
+}
+
+/** PMD capability flags. */
+/** Descriptors of one connection complete in submission order, and data
+ *  placed before a later FENCE/NOTIFY/DONE is visible when it lands. */
+#define KVT_PMD_F_ORDERED	(1u << 0)
+/** Not started unless named by --kvt-pmd. */
+#define KVT_PMD_F_EXPLICIT	(1u << 1)
+
+/** The operations of a transport. */
+struct kvt_pmd_ops {
+	uint32_t flags;
+	/** Preference among PMDs that reach the same memory: higher wins. */
+	int rank;
+
+	/** Create ports with kvt_port_create(); args from --kvt-pmd. */
+	int (*probe)(const struct kvt_pmd *pmd, const char *args);
+	/** Before the lcores run (control thread). */
+	int (*start)(struct kvt_port *port);
+	/** After the lcores stopped. */
+	void (*stop)(struct kvt_port *port);
+	/** Release the port's private state. */
+	void (*remove)(struct kvt_port *port);
+
+	/** Lcore: take ownership of n descriptors. */
+	void (*submit)(struct kvt_port *port, struct kvt_desc **d, unsigned int n);
+	/** Lcore: progress; @return amount of work done (0: idle). */
+	unsigned int (*poll)(struct kvt_port *port);
+
+	/** Register a local region; -ENOTSUP when this port cannot reach it. */
+	int (*mem_register)(struct kvt_port *port, struct kvt_lmem *m);
+	void (*mem_unregister)(struct kvt_port *port, struct kvt_lmem *m);
+	/** Key peers need to reach an exported region (may be empty). */
+	int (*mem_export)(struct kvt_port *port, const struct kvt_lmem *m,
+			  struct kvt_buf *key);
+
+	/** This port's endpoint blob for the handshake (may be empty). */
+	int (*endpoint)(struct kvt_port *port, struct kvt_buf *ep);
+	/**
+	 * Initiator: open a connection to the peer's endpoints of this PMD.
+	 * Fill req for the peer; -ENOTSUP when this port cannot reach it.
+	 */
+	int (*conn_open)(struct kvt_port *port, const struct kvt_peer_info *pi,
+			 const struct kvt_endpoint *eps, unsigned int neps,
+			 struct kvt_buf *req, struct kvt_conn **out);
+	/** Acceptor: answer a peer's req with rep. */
+	int (*conn_accept)(struct kvt_port *port, const struct kvt_peer_info *pi,
+			   const uint8_t *req, size_t len, struct kvt_buf *rep,
+			   struct kvt_conn **out);
+	/** Initiator: the acceptor's answer arrived. */
+	int (*conn_ready)(struct kvt_conn *c, const uint8_t *rep, size_t len);
+	/**
+	 * Free a connection.  No descriptor of it is in flight; state the
+	 * lcore keeps for it must be detached there (kvt_port_call()).
+	 */
+	void (*conn_close)(struct kvt_conn *c);
+	/** Import a peer's region through a connection. */
+	int (*rmem_import)(struct kvt_conn *c, struct kvt_rmem *rm,
+			   const uint8_t *key, size_t len);
+	void (*rmem_release)(struct kvt_conn *c, struct kvt_rmem *rm);
+
+	/** Allocate shareable memory; -ENOTSUP for a location it does not
+	 *  own. */
+	int (*mem_alloc)(const struct kvt_loc *loc, size_t len, void **addr);
+	int (*mem_free)(const struct kvt_loc *loc, void *addr, size_t len);
+	/** 0 and *loc set when addr is memory this PMD owns (device memory). */
+	int (*mem_locate)(const void *addr, struct kvt_loc *loc);
+};
+
+/** A registered transport. */
+struct kvt_pmd {
+	const char *name;
+	const struct kvt_pmd_ops *ops;
+	struct kvt_pmd *next;
+};
+
+void kvt_pmd_register(struct kvt_pmd *pmd);
+
+/** Register a PMD from a constructor, DPDK style. */
+#define KVT_PMD_REGISTER(nm, o)					\
+	static struct kvt_pmd kvt_pmd_##nm = {				\
+		.name = RTE_STR(nm),					\
+		.ops = &(o),						\
+	};								\
+	RTE_INIT(kvt_pmd_init_##nm)					\
+	{								\
+		kvt_pmd_register(&kvt_pmd_##nm);			\
+	}
+
+/** A port: one transport instance owned by one lcore. */
+struct kvt_port {
+	uint16_t id;
+	char name[32];
+	const struct kvt_pmd *pmd;
+	int numa;		/**< NUMA node, -1 unknown */
+	unsigned int lcore;	/**< set by the engine */
+	void *priv;		/**< the PMD's */
+	/** Counters, written by the owning lcore only. */
+	struct kvt_port_stats st;
+	/** Striping state, engine-private. */
+	uint64_t inflight_bytes;
+	uint64_t rate_bpus;	/**< recent rate, bytes per microsecond */
+	uint64_t rate_win_bytes;
+	uint64_t rate_win_start;
+};
+
+/**
+ * Create a port (probe only).
+ *
+ * @return the port, or NULL with rte_errno ENOSPC (too many ports), EINVAL.
+ */
+struct kvt_port *kvt_port_create(const struct kvt_pmd *pmd, const char *name,
+				 int numa, void *priv);
+
+/**
+ * Run fn(port, arg) on the port's lcore and wait for it (control path).
+ * When the lcores are not running it runs on the caller.
+ *
+ * @return fn's result, or -ETIMEDOUT when the lcore did not run it within
+ *   timeout_ms.
+ */
+int kvt_port_call(struct kvt_port *port, int (*fn)(struct kvt_port *, void *),
+		  void *arg, unsigned int timeout_ms);
+
+/** Engine-wide settings a PMD may read. */
+struct kvt_pmd_env {
+	uint32_t slice;		/**< slice size in bytes */
+	uint32_t timeout_ms;	/**< peer timeout */
+	const char *nic_allow;	/**< --kvt-nic, or NULL */
+	const char *topo_file;	/**< --kvt-topo, or NULL */
+	uint8_t host_id[32];
+};
+
+const struct kvt_pmd_env *kvt_pmd_env(void);
+
+/** Notification inbox: a bounded lock-free queue, possibly shared. */
+struct kvt_inbox;
+
+/** Bytes needed for an inbox of n slots (n a power of two). */
+size_t kvt_inbox_size(uint32_t n);
+/** Initialise an inbox in caller memory (possibly shared memory). */
+void kvt_inbox_init(struct kvt_inbox *ib, uint32_t n);
+/**
+ * Push a message (any thread or process mapping the inbox).
+ *
+ * @return 0, -ENOBUFS (full), -EMSGSIZE (len > KVT_NOTIFY_MAX).
+ */
+int kvt_inbox_push(struct kvt_inbox *ib, const void *data, uint32_t len);
+/** Attach an inbox to a connection's peer so kvt_notify_poll() reads it. */
+int kvt_inbox_attach(struct kvt_inbox *ib, const char *peer);
+/** Stop reading an inbox; it may be unmapped on return. */
+void kvt_inbox_detach(struct kvt_inbox *ib);
+
+/** Current TSC in microseconds. */
+uint64_t kvt_now_us(void);
+
+#endif /* KVT_PMD_H */

@@ -1,0 +1,1046 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * Batches and submissions: validation, slicing, queueing to the lcores,
+ * and completion.
+ *
+ * A submission is either
+ *  - ORDERED: every slice goes to one port whose PMD executes a
+ *    connection's descriptors in order; the fence, the notification and a
+ *    DONE marker are queued right behind the data on that port, so the
+ *    channel itself orders data before fence (same CUDA stream, same
+ *    shm lcore).  Completion is the DONE word the port writes.
+ *  - STRIPED: slices spread over several ports.  Each slice's completion
+ *    adds its bytes to its request's settled word (acq_rel), and the
+ *    lcore whose slice settles the last request runs the tail: fence,
+ *    then notification, then the submission's done word.  The acq_rel
+ *    chain makes every other lcore's data writes happen-before the fence.
+ *
+ * Completion words live in batch memory: lcores store them with release
+ * semantics, kvt_poll() reads them with acquire loads.  Submit and poll
+ * never lock and never make a system call.
+ */
+#include <errno.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <rte_errno.h>
+#include <rte_pause.h>
+
+#include "kvt_private.h"
+
+#define KVT_BATCH_MAGIC 0x6b766274u
+#define KVT_BATCH_MAX (1u << 24)
+#define SUB_CHUNK 64
+#define KVT_MAX_TRIES 3
+/* Descriptor flags beside KVT_DF_EMBEDDED: how often a slice moved. */
+#define DF_TRIES_SHIFT 4
+
+enum { SUB_STRIPED, SUB_ORDERED };
+#define SUB_F_FENCE 0x1
+#define SUB_F_NOTIFY 0x2
+
+enum { TAIL_FENCE, TAIL_NOTIFY, TAIL_DONE };
+
+struct kvt_req {
+	uint64_t settled;	/* bytes done or failed; lcores add */
+	int32_t err;		/* first error; lcores CAS */
+	struct kvt_sub *s;
+	uint8_t *local;
+	uint64_t remote;
+	uint64_t len;
+	struct kvt_mem *m;
+	struct kvt_rimp *ri;
+	uint32_t mask;		/* ports that may carry it */
+	uint8_t op;
+};
+
+struct kvt_sub {
+	struct kvt_desc tail[3];	/* fence, notify, done */
+	struct kvt_batch *b;
+	struct kvt_peer *peer;
+	uint32_t first;
+	uint32_t n;
+	uint32_t pending;	/* STRIPED: requests not settled */
+	int32_t err;		/* first error of any request or tail */
+	uint64_t done;		/* 1 once everything, tails too, settled */
+	uint8_t mode;
+	uint8_t flags;
+	uint8_t finished;	/* references released */
+	uint8_t tails_queued;
+	uint16_t port;		/* ORDERED: the port */
+	uint32_t next_req;	/* queueing cursor */
+	uint64_t next_off;
+	uint32_t claim_first;
+	uint32_t nclaims;
+	struct kvt_rimp *fence_ri;
+	uint32_t fence_mask;
+	uint32_t notify_len;
+	uint8_t payload[KVT_NOTIFY_MAX];
+} __rte_cache_aligned;
+
+struct kvt_batch {
+	uint32_t magic;
+	uint32_t cap;
+	uint32_t used;		/* requests */
+	struct kvt_req *req;
+	struct kvt_range *ranges;
+	struct kvt_claim *claims;
+	uint32_t nclaims;
+	struct kvt_sub **chunk;
+	uint32_t nchunks;
+	uint32_t nsubs;
+	uint32_t reap;		/* submissions [0, reap) finished */
+	uint32_t pump;		/* submissions [0, pump) fully queued */
+	struct kvt_desc *stash;	/* refused by a full ring, FIFO */
+	struct kvt_desc *stash_tail;
+	uint64_t seq;
+	int claimed;		/* claims published since the last sync */
+	int zombie;		/* freed by the application */
+	struct kvt_batch *next;
+};
+
+static pthread_mutex_t batch_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct kvt_batch *batches;
+
+static inline struct kvt_sub *
+sub_at(const struct kvt_batch *b, uint32_t i)
+{
+	return &b->chunk[i / SUB_CHUNK][i % SUB_CHUNK];
+}
+
+static int
+batch_ok(const struct kvt_batch *b)
+{
+	return b != NULL && b->magic == KVT_BATCH_MAGIC && !b->zombie;
+}
+
+static int
+lcores_up(void)
+{
+	return kvt_eng != NULL &&
+		__atomic_load_n(&kvt_eng->lcores_running, __ATOMIC_ACQUIRE);
+}
+
+/* ------------------------------------------------------------------ */
+/* Completion (lcore context)                                          */
+/* ------------------------------------------------------------------ */
+
+static void
+set_err(int32_t *w, int err)
+{
+	int32_t zero = 0;
+
+	__atomic_compare_exchange_n(w, &zero, err, false, __ATOMIC_RELEASE,
+				    __ATOMIC_RELAXED);
+}
+
+static uint32_t
+live_conns(const struct kvt_peer *p)
+{
+	uint32_t m = 0;
+	unsigned int i;
+
+	for (i = 0; i < KVT_MAX_PORTS; i++)
+		if (p->conn[i] != NULL &&
+		    !__atomic_load_n(&p->conn[i]->dead, __ATOMIC_ACQUIRE))
+			m |= 1u << i;
+	return m;
+}
+
+static void tail_done(struct kvt_desc *d, int err);
+
+/* Send a tail descriptor out, preferably on the port `here`. */
+static void
+tail_issue(struct kvt_sub *s, struct kvt_desc *d, unsigned int here)
+{
+	uint32_t mask = (d->op == KVT_DESC_FENCE ? s->fence_mask :
+			 s->peer->conn_mask) & live_conns(s->peer);
+	unsigned int port;
+
+	if (mask == 0) {
+		tail_done(d, -ECONNRESET);
+		return;
+	}
+	port = (mask & (1u << here)) ? here : (unsigned int)__builtin_ctz(mask);
+	d->port = (uint16_t)port;
+	d->conn = s->peer->conn[port];
+	if (port == here) {
+		kvt_lcore_defer(d);
+		return;
+	}
+	if (!lcores_up() ||
+	    kvt_lcore_enqueue(kvt_eng->ports[port]->lcore, &d, 1) != 1)
+		tail_done(d, -ENOBUFS);
+}
+
+static void
+sub_settle(struct kvt_sub *s)
+{
+	__atomic_store_n(&s->done, 1, __ATOMIC_RELEASE);
+}
+
+/* STRIPED: the last request settled on port `here`. */
+static void
+tails_start(struct kvt_sub *s, unsigned int here)
+{
+	if (__atomic_load_n(&s->err, __ATOMIC_ACQUIRE) != 0)
+		sub_settle(s);
+	else if (s->flags & SUB_F_FENCE)
+		tail_issue(s, &s->tail[TAIL_FENCE], here);
+	else if (s->flags & SUB_F_NOTIFY)
+		tail_issue(s, &s->tail[TAIL_NOTIFY], here);
+	else
+		sub_settle(s);
+}
+
+static void
+tail_done(struct kvt_desc *d, int err)
+{
+	struct kvt_sub *s = d->owner;
+
+	if (err != 0)
+		set_err(&s->err, err);
+	/* ORDERED: the rest of the tail is already queued behind it. */
+	if (s->mode == SUB_ORDERED)
+		return;
+	if (d->op == KVT_DESC_FENCE && (s->flags & SUB_F_NOTIFY) &&
+	    __atomic_load_n(&s->err, __ATOMIC_ACQUIRE) == 0)
+		tail_issue(s, &s->tail[TAIL_NOTIFY], d->port);
+	else
+		sub_settle(s);
+}
+
+static int
+retryable(int err)
+{
+	return err == -EIO || err == -ECONNRESET || err == -ETIMEDOUT ||
+		err == -ENOBUFS;
+}
+
+/* Move a failed slice to another port; @return 1 when it was requeued. */
+static int
+slice_retry(struct kvt_desc *d, struct kvt_req *r, struct kvt_sub *s)
+{
+	uint32_t alt;
+	unsigned int to;
+	unsigned int tries = d->flags >> DF_TRIES_SHIFT;
+
+	if (s->mode != SUB_STRIPED || tries >= KVT_MAX_TRIES ||
+	    !lcores_up() ||
+	    __atomic_load_n(&s->peer->state, __ATOMIC_ACQUIRE) != KVT_PEER_UP)
+		return 0;
+	alt = r->mask & ~(1u << d->port) & live_conns(s->peer);
+	if (alt == 0)
+		return 0;
+	to = kvt_stripe_pick(alt, d->len, s->b->seq + tries);
+	kvt_eng->ports[d->port]->st.retries++;
+	d->port = (uint16_t)to;
+	d->conn = s->peer->conn[to];
+	d->flags = (uint8_t)((d->flags & ((1u << DF_TRIES_SHIFT) - 1)) |
+			     ((tries + 1) << DF_TRIES_SHIFT));
+	if (kvt_lcore_enqueue(kvt_eng->ports[to]->lcore, &d, 1) == 1)
+		return 1;
+	__atomic_fetch_sub(&kvt_eng->ports[to]->inflight_bytes, d->len,
+			   __ATOMIC_RELAXED);
+	return 0;
+}
+
+static void
+slice_done(struct kvt_desc *d, int err)
+{
+	struct kvt_req *r = d->owner;
+	struct kvt_port *port = kvt_eng->ports[d->port];
+	struct kvt_sub *s = r->s;
+	uint32_t len = d->len;
+	unsigned int here = d->port;
+
+	kvt_stripe_account(port, len, kvt_now_us());
+	if (err != 0) {
+		if (retryable(err) && slice_retry(d, r, s))
+			return;
+		port->st.errors++;
+		__atomic_fetch_add(&s->peer->st.errors, 1, __ATOMIC_RELAXED);
+		set_err(&r->err, err);
+		set_err(&s->err, err);
+	} else {
+		port->st.slices++;
+		if (d->op == KVT_DESC_WRITE) {
+			port->st.write_bytes += len;
+			__atomic_fetch_add(&s->peer->st.write_bytes, len,
+					   __ATOMIC_RELAXED);
+		} else {
+			port->st.read_bytes += len;
+			__atomic_fetch_add(&s->peer->st.read_bytes, len,
+					   __ATOMIC_RELAXED);
+		}
+	}
+	kvt_desc_free(d);
+	if (s->mode == SUB_ORDERED)
+		return;
+	if (__atomic_add_fetch(&r->settled, len, __ATOMIC_ACQ_REL) == r->len &&
+	    __atomic_sub_fetch(&s->pending, 1, __ATOMIC_ACQ_REL) == 0)
+		tails_start(s, here);
+}
+
+void
+kvt_desc_complete(struct kvt_desc *d, int err)
+{
+	switch (d->op) {
+	case KVT_DESC_READ:
+	case KVT_DESC_WRITE:
+		slice_done(d, err);
+		break;
+	case KVT_DESC_FENCE:
+	case KVT_DESC_NOTIFY:
+		tail_done(d, err);
+		break;
+	default:
+		/* DONE: the port already wrote the done word. */
+		break;
+	}
+}
+
+int
+kvt_desc_gate(struct kvt_desc *d)
+{
+	struct kvt_sub *s = d->owner;
+
+	return __atomic_load_n(&s->err, __ATOMIC_ACQUIRE) != 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* Queueing (application thread)                                       */
+/* ------------------------------------------------------------------ */
+
+static void
+stash_push(struct kvt_batch *b, struct kvt_desc *d)
+{
+	d->next = NULL;
+	if (b->stash_tail != NULL)
+		b->stash_tail->next = d;
+	else
+		b->stash = d;
+	b->stash_tail = d;
+}
+
+/* @return 1 when the stash is empty afterwards. */
+static int
+stash_flush(struct kvt_batch *b)
+{
+	struct kvt_desc *d;
+
+	while ((d = b->stash) != NULL) {
+		if (kvt_lcore_enqueue(kvt_eng->ports[d->port]->lcore, &d, 1) != 1)
+			return 0;
+		b->stash = d->next;
+		if (b->stash == NULL)
+			b->stash_tail = NULL;
+	}
+	return 1;
+}
+
+/* Queue n descriptors, per lcore; what a ring refuses goes to the stash. */
+static int
+enqueue(struct kvt_batch *b, struct kvt_desc **d, unsigned int n)
+{
+	struct kvt_desc *grp[KVT_BURST];
+	uint8_t taken[KVT_BURST] = { 0 };
+	unsigned int i, j, k, g, lc;
+
+	for (i = 0; i < n; i++) {
+		if (taken[i])
+			continue;
+		lc = kvt_eng->ports[d[i]->port]->lcore;
+		for (g = 0, j = i; j < n; j++) {
+			if (!taken[j] && kvt_eng->ports[d[j]->port]->lcore == lc) {
+				grp[g++] = d[j];
+				taken[j] = 1;
+			}
+		}
+		k = kvt_lcore_enqueue(lc, grp, g);
+		for (; k < g; k++)
+			stash_push(b, grp[k]);
+	}
+	return b->stash == NULL;
+}
+
+static void
+fill_slice(struct kvt_batch *b, struct kvt_sub *s, struct kvt_desc *d)
+{
+	struct kvt_req *r = &b->req[s->next_req];
+	uint64_t left = r->len - s->next_off;
+	uint32_t len = (uint32_t)RTE_MIN(left, (uint64_t)kvt_eng->o.slice);
+
+	d->op = r->op == KVT_OP_READ ? KVT_DESC_READ : KVT_DESC_WRITE;
+	d->flags = 0;
+	if (s->mode == SUB_ORDERED) {
+		d->port = s->port;
+		__atomic_fetch_add(&kvt_eng->ports[s->port]->inflight_bytes,
+				   len, __ATOMIC_RELAXED);
+	} else {
+		d->port = (uint16_t)kvt_stripe_pick(r->mask, len, b->seq++);
+	}
+	d->len = len;
+	d->conn = s->peer->conn[d->port];
+	d->lm = &r->m->lm;
+	d->rm = &r->ri->rm;
+	d->local = r->local + s->next_off;
+	d->remote = r->remote + s->next_off;
+	d->owner = r;
+	s->next_off += len;
+	if (s->next_off == r->len) {
+		s->next_req++;
+		s->next_off = 0;
+	}
+}
+
+static void
+tails_prepare(struct kvt_sub *s, const struct kvt_submit_opts *o)
+{
+	struct kvt_desc *d;
+	int i;
+
+	for (i = 0; i < 3; i++) {
+		d = &s->tail[i];
+		memset(d, 0, sizeof(*d));
+		d->flags = KVT_DF_EMBEDDED;
+		d->owner = s;
+		d->port = s->port;
+		d->conn = s->peer->conn[s->port];
+	}
+	d = &s->tail[TAIL_FENCE];
+	d->op = KVT_DESC_FENCE;
+	if (s->flags & SUB_F_FENCE) {
+		d->rm = &s->fence_ri->rm;
+		d->remote = o->fence.table + (uint64_t)o->fence.slot * 8;
+		d->value = o->fence.room;
+		d->len = 8;
+	}
+	d = &s->tail[TAIL_NOTIFY];
+	d->op = KVT_DESC_NOTIFY;
+	d->data = s->payload;
+	d->len = s->notify_len;
+	d = &s->tail[TAIL_DONE];
+	d->op = KVT_DESC_DONE;
+	d->remote = (uintptr_t)&s->done;
+	d->value = 1;
+	d->len = 8;
+}
+
+/* @return 1 when the submission is fully queued. */
+static int
+pump_sub(struct kvt_batch *b, struct kvt_sub *s)
+{
+	struct kvt_desc *d[KVT_BURST];
+	unsigned int k, i, left;
+
+	while (s->next_req < s->first + s->n) {
+		left = 0;
+		for (i = s->next_req; i < s->first + s->n && left < KVT_BURST; i++)
+			left += (unsigned int)RTE_MIN((b->req[i].len -
+				(i == s->next_req ? s->next_off : 0) +
+				kvt_eng->o.slice - 1) / kvt_eng->o.slice,
+				(uint64_t)KVT_BURST);
+		k = RTE_MIN(left, (unsigned int)KVT_BURST);
+		if (rte_mempool_get_bulk(kvt_eng->pool, (void **)d, k) != 0) {
+			k = 1;
+			if (rte_mempool_get_bulk(kvt_eng->pool, (void **)d, 1) != 0)
+				return 0;
+		}
+		for (i = 0; i < k; i++)
+			fill_slice(b, s, d[i]);
+		if (!enqueue(b, d, k))
+			return 0;
+	}
+	if (s->mode == SUB_ORDERED && !s->tails_queued) {
+		s->tails_queued = 1;
+		k = 0;
+		if (s->flags & SUB_F_FENCE)
+			d[k++] = &s->tail[TAIL_FENCE];
+		if (s->flags & SUB_F_NOTIFY)
+			d[k++] = &s->tail[TAIL_NOTIFY];
+		d[k++] = &s->tail[TAIL_DONE];
+		return enqueue(b, d, k);
+	}
+	return 1;
+}
+
+static void
+pump(struct kvt_batch *b)
+{
+	if (!lcores_up() || !stash_flush(b))
+		return;
+	while (b->pump < b->nsubs && pump_sub(b, sub_at(b, b->pump)))
+		b->pump++;
+}
+
+/* ------------------------------------------------------------------ */
+/* Submit                                                              */
+/* ------------------------------------------------------------------ */
+
+static int
+range_cmp(const void *a, const void *b)
+{
+	const struct kvt_range *x = a, *y = b;
+
+	if (x->ri != y->ri)
+		return (uintptr_t)x->ri < (uintptr_t)y->ri ? -1 : 1;
+	return x->lo < y->lo ? -1 : x->lo > y->lo;
+}
+
+/* Highest-ranked ports of mask. */
+static uint32_t
+best_ports(uint32_t mask)
+{
+	int best = INT32_MIN, r;
+	uint32_t out = 0, m;
+
+	for (m = mask; m != 0; m &= m - 1) {
+		r = kvt_eng->ports[__builtin_ctz(m)]->pmd->ops->rank;
+		if (r > best) {
+			best = r;
+			out = 0;
+		}
+		if (r == best)
+			out |= 1u << __builtin_ctz(m);
+	}
+	return out;
+}
+
+static int
+check_xfer(struct kvt_sub *s, struct kvt_peer *p, const struct kvt_xfer *x,
+	   unsigned int i, struct kvt_req *r)
+{
+	uint32_t need;
+
+	if ((x->op != KVT_OP_READ && x->op != KVT_OP_WRITE) || x->rsvd != 0 ||
+	    x->len == 0)
+		return KVT_REFUSE(EINVAL, "submit: xfer %u: op %u, len %" PRIu64 ": invalid",
+				  i, x->op, x->len);
+	r->m = kvt_mem_find(x->local, x->len);
+	if (r->m == NULL)
+		return KVT_REFUSE(EFAULT, "submit: xfer %u: local %p+%" PRIu64 " is not inside one registered region",
+				  i, x->local, x->len);
+	r->ri = kvt_peer_find_region(p, x->remote, x->len);
+	if (r->ri == NULL)
+		return KVT_REFUSE(ERANGE, "submit: xfer %u: remote %#" PRIx64 "+%" PRIu64 " is not inside one region peer %s exports",
+				  i, x->remote, x->len, p->info.name);
+	need = x->op == KVT_OP_WRITE ? KVT_MEM_REMOTE_WRITE : KVT_MEM_REMOTE_READ;
+	if (!(r->ri->rm.flags & need) || (r->ri->rm.flags & KVT_MEM_F_FENCE))
+		return KVT_REFUSE(EPERM, "submit: xfer %u: peer %s region %#" PRIx64 "+%" PRIu64 " is not exported for %s",
+				  i, p->info.name, r->ri->rm.base, r->ri->rm.len,
+				  x->op == KVT_OP_WRITE ? "write" : "read");
+	r->mask = best_ports(r->m->lm.port_mask & r->ri->rm.port_mask &
+			     p->conn_mask);
+	if (r->mask == 0)
+		return KVT_REFUSE(EHOSTUNREACH, "submit: xfer %u: no port reaches peer %s for this memory",
+				  i, p->info.name);
+	r->op = (uint8_t)x->op;
+	r->local = x->local;
+	r->remote = x->remote;
+	r->len = x->len;
+	r->settled = 0;
+	r->err = 0;
+	r->s = s;
+	return 0;
+}
+
+static int
+check_opts(struct kvt_peer *p, const struct kvt_submit_opts *o,
+	   struct kvt_sub *s)
+{
+	const struct kvt_fence_ref *f = &o->fence;
+	struct kvt_rimp *ri;
+
+	if ((o->flags & ~(KVT_SUBMIT_FENCE | KVT_SUBMIT_ALLOW_OVERLAP)) != 0 ||
+	    o->notify_len > KVT_NOTIFY_MAX ||
+	    (o->notify_len > 0 && o->notify == NULL))
+		return KVT_REFUSE(EINVAL, "submit: bad options (flags %#x, notify %u bytes)",
+				  o->flags, o->notify_len);
+	if (o->notify_len > 0) {
+		s->flags |= SUB_F_NOTIFY;
+		s->notify_len = o->notify_len;
+		memcpy(s->payload, o->notify, o->notify_len);
+	}
+	if (!(o->flags & KVT_SUBMIT_FENCE))
+		return 0;
+	if (f->room == 0 || f->rsvd != 0)
+		return KVT_REFUSE(EINVAL, "submit: fence room 0 or reserved field set");
+	ri = kvt_peer_find_region(p, f->table, 8);
+	if (ri == NULL || ri->rm.base != f->table || ri->rm.fence_slots == 0 ||
+	    f->slot >= ri->rm.fence_slots)
+		return KVT_REFUSE(ENOENT, "submit: peer %s has no fence table %#" PRIx64 " with slot %u",
+				  p->info.name, f->table, f->slot);
+	s->fence_mask = ri->rm.port_mask & p->conn_mask;
+	if (s->fence_mask == 0)
+		return KVT_REFUSE(EHOSTUNREACH, "submit: no port reaches peer %s's fence table",
+				  p->info.name);
+	s->fence_ri = ri;
+	s->flags |= SUB_F_FENCE;
+	return 0;
+}
+
+/* Claim the submission's write ranges; @return 0 or -EBUSY. */
+static int
+claim_writes(struct kvt_batch *b, struct kvt_sub *s)
+{
+	struct kvt_range *r = &b->ranges[s->first];
+	unsigned int n = 0, i, start;
+	int sorted = 1, ret;
+
+	for (i = 0; i < s->n; i++) {
+		const struct kvt_req *q = &b->req[s->first + i];
+
+		if (q->op != KVT_OP_WRITE)
+			continue;
+		r[n].lo = q->remote;
+		r[n].hi = q->remote + q->len;
+		r[n].ri = q->ri;
+		if (n > 0 && range_cmp(&r[n - 1], &r[n]) > 0)
+			sorted = 0;
+		n++;
+	}
+	if (!sorted)
+		qsort(r, n, sizeof(*r), range_cmp);
+	for (i = 1; i < n; i++)
+		if (r[i].ri == r[i - 1].ri && r[i].lo < r[i - 1].hi)
+			return KVT_REFUSE(EBUSY, "submit: two writes of one submission overlap at %#" PRIx64,
+					  r[i].lo);
+	s->claim_first = b->nclaims;
+	for (start = 0, i = 1; i <= n; i++) {
+		if (i < n && r[i].ri == r[start].ri)
+			continue;
+		ret = kvt_claim_take(r[start].ri->claims,
+				     &b->claims[b->nclaims], &r[start],
+				     i - start);
+		if (ret < 0) {
+			while (b->nclaims > s->claim_first)
+				kvt_claim_drop(&b->claims[--b->nclaims]);
+			KVT_LOG(ERR, "submit: a write to %#" PRIx64 "..%#" PRIx64 " overlaps a write in flight",
+				r[start].lo, r[i - 1].hi);
+			return ret;
+		}
+		b->nclaims++;
+		b->claimed = 1;
+		start = i;
+	}
+	s->nclaims = b->nclaims - s->claim_first;
+	return 0;
+}
+
+static struct kvt_sub *
+sub_new(struct kvt_batch *b)
+{
+	struct kvt_sub **c;
+
+	if (b->nsubs == b->nchunks * SUB_CHUNK) {
+		c = realloc(b->chunk, (b->nchunks + 1) * sizeof(*c));
+		if (c == NULL)
+			return NULL;
+		b->chunk = c;
+		c[b->nchunks] = aligned_alloc(RTE_CACHE_LINE_SIZE,
+					      SUB_CHUNK * sizeof(struct kvt_sub));
+		if (c[b->nchunks] == NULL)
+			return NULL;
+		b->nchunks++;
+	}
+	return sub_at(b, b->nsubs);
+}
+
+/* Take references; the submission holds them until it is finished. */
+static void
+hold(struct kvt_batch *b, struct kvt_sub *s)
+{
+	unsigned int i;
+
+	for (i = s->first; i < s->first + s->n; i++) {
+		__atomic_fetch_add(&b->req[i].m->inflight, 1, __ATOMIC_RELAXED);
+		__atomic_fetch_add(&b->req[i].ri->refs, 1, __ATOMIC_RELAXED);
+	}
+	if (s->fence_ri != NULL)
+		__atomic_fetch_add(&s->fence_ri->refs, 1, __ATOMIC_RELAXED);
+	__atomic_fetch_add(&s->peer->inflight, 1, __ATOMIC_RELAXED);
+}
+
+static void
+choose_mode(struct kvt_batch *b, struct kvt_sub *s)
+{
+	uint32_t all = 0;
+	unsigned int i, port;
+
+	for (i = s->first; i < s->first + s->n; i++)
+		all |= b->req[i].mask;
+	s->mode = SUB_STRIPED;
+	port = (unsigned int)__builtin_ctz(all);
+	if ((all & (all - 1)) == 0 &&
+	    (kvt_eng->ports[port]->pmd->ops->flags & KVT_PMD_F_ORDERED) &&
+	    (!(s->flags & SUB_F_FENCE) || (s->fence_mask & all))) {
+		s->mode = SUB_ORDERED;
+		s->port = (uint16_t)port;
+	} else {
+		s->port = (uint16_t)port;
+	}
+}
+
+int
+kvt_submit(struct kvt_batch *b, struct kvt_peer *p, const struct kvt_xfer *xf,
+	   unsigned int n, const struct kvt_submit_opts *opts)
+{
+	static const struct kvt_submit_opts none;
+	const struct kvt_submit_opts *o = opts != NULL ? opts : &none;
+	struct kvt_sub *s;
+	unsigned int i, tok;
+	int ret;
+
+	if (kvt_eng == NULL)
+		return -ENODEV;
+	if (!batch_ok(b) || !kvt_peer_valid(p) || xf == NULL || n == 0)
+		return KVT_REFUSE(EINVAL, "submit: bad batch, peer or empty request list");
+	if (__atomic_load_n(&p->state, __ATOMIC_ACQUIRE) != KVT_PEER_UP)
+		return KVT_REFUSE(ECONNRESET, "submit: peer %s was lost", p->info.name);
+	if (n > b->cap - b->used)
+		return KVT_REFUSE(ENOSPC, "submit: batch full (%u of %u used, %u more asked)",
+				  b->used, b->cap, n);
+	s = sub_new(b);
+	if (s == NULL)
+		return -ENOMEM;
+	memset(s, 0, offsetof(struct kvt_sub, payload));
+	s->b = b;
+	s->peer = p;
+	s->first = b->used;
+	s->n = n;
+	s->pending = n;
+	s->next_req = b->used;
+
+	tok = kvt_rcu_read_lock();
+	ret = check_opts(p, o, s);
+	for (i = 0; i < n && ret == 0; i++)
+		ret = check_xfer(s, p, &xf[i], i, &b->req[b->used + i]);
+	if (ret == 0 && !(o->flags & KVT_SUBMIT_ALLOW_OVERLAP))
+		ret = claim_writes(b, s);
+	if (ret == 0)
+		hold(b, s);
+	kvt_rcu_read_unlock(tok);
+	if (ret < 0)
+		return ret;
+
+	choose_mode(b, s);
+	tails_prepare(s, o);
+	b->used += n;
+	b->nsubs++;
+	pump(b);
+	return (int)s->first;
+}
+
+/* ------------------------------------------------------------------ */
+/* Poll, wait, status                                                  */
+/* ------------------------------------------------------------------ */
+
+static void
+finish(struct kvt_batch *b, struct kvt_sub *s)
+{
+	unsigned int i;
+
+	if (s->finished)
+		return;
+	for (i = s->claim_first; i < s->claim_first + s->nclaims; i++)
+		kvt_claim_drop(&b->claims[i]);
+	for (i = s->first; i < s->first + s->n; i++) {
+		__atomic_fetch_sub(&b->req[i].m->inflight, 1, __ATOMIC_RELEASE);
+		__atomic_fetch_sub(&b->req[i].ri->refs, 1, __ATOMIC_RELEASE);
+	}
+	if (s->fence_ri != NULL)
+		__atomic_fetch_sub(&s->fence_ri->refs, 1, __ATOMIC_RELEASE);
+	__atomic_fetch_sub(&s->peer->inflight, 1, __ATOMIC_RELEASE);
+	s->finished = 1;
+}
+
+static int
+sub_done(const struct kvt_sub *s)
+{
+	return __atomic_load_n(&s->done, __ATOMIC_ACQUIRE) != 0;
+}
+
+/* Finish the settled prefix; @return 1 when every submission is. */
+static int
+reap(struct kvt_batch *b)
+{
+	struct kvt_sub *s;
+
+	while (b->reap < b->nsubs) {
+		s = sub_at(b, b->reap);
+		if (!sub_done(s))
+			return 0;
+		finish(b, s);
+		b->reap++;
+	}
+	return 1;
+}
+
+int
+kvt_poll(struct kvt_batch *b)
+{
+	struct kvt_sub *s;
+	unsigned int i, pending = 0;
+
+	if (!batch_ok(b))
+		return -EINVAL;
+	pump(b);
+	if (reap(b))
+		return 0;
+	for (i = b->reap; i < b->nsubs; i++) {
+		s = sub_at(b, i);
+		if (sub_done(s))
+			finish(b, s);
+		else if (s->mode == SUB_STRIPED && s->flags == 0)
+			pending += __atomic_load_n(&s->pending, __ATOMIC_ACQUIRE);
+		else
+			pending += s->n;
+	}
+	return (int)pending;
+}
+
+int
+kvt_wait(struct kvt_batch *b, uint64_t timeout_us)
+{
+	struct timespec nap = { 0, 20000 };
+	uint64_t start = kvt_now_us(), now;
+
+	if (!batch_ok(b))
+		return -EINVAL;
+	for (;;) {
+		pump(b);
+		if (reap(b))
+			return 0;
+		now = kvt_now_us();
+		if (now - start >= timeout_us)
+			return -ETIMEDOUT;
+		/* Spin briefly for latency, then stop competing with the
+		 * lcores for the cpu. */
+		if (now - start < 100)
+			rte_pause();
+		else
+			nanosleep(&nap, NULL);
+	}
+}
+
+int
+kvt_status(struct kvt_batch *b, unsigned int idx)
+{
+	const struct kvt_req *r;
+	const struct kvt_sub *s;
+	int err;
+
+	if (!batch_ok(b) || idx >= b->used)
+		return -EINVAL;
+	r = &b->req[idx];
+	s = r->s;
+	if (s->mode == SUB_STRIPED && s->flags == 0) {
+		/* Requests settle one by one; a cancelled one never fills
+		 * its settled word, but its submission is done. */
+		if (__atomic_load_n(&r->settled, __ATOMIC_ACQUIRE) < r->len &&
+		    !sub_done(s))
+			return -EINPROGRESS;
+		return __atomic_load_n(&r->err, __ATOMIC_ACQUIRE);
+	}
+	if (!sub_done(s))
+		return -EINPROGRESS;
+	err = __atomic_load_n(&r->err, __ATOMIC_ACQUIRE);
+	if (err == 0 && s->flags != 0)
+		err = __atomic_load_n(&s->err, __ATOMIC_ACQUIRE);
+	return err;
+}
+
+/* ------------------------------------------------------------------ */
+/* Batch life cycle                                                    */
+/* ------------------------------------------------------------------ */
+
+struct kvt_batch *
+kvt_batch_alloc(unsigned int max_xfers)
+{
+	struct kvt_batch *b;
+
+	if (kvt_eng == NULL) {
+		rte_errno = ENODEV;
+		return NULL;
+	}
+	if (max_xfers == 0 || max_xfers > KVT_BATCH_MAX) {
+		rte_errno = EINVAL;
+		return NULL;
+	}
+	b = calloc(1, sizeof(*b));
+	if (b == NULL)
+		goto nomem;
+	b->req = calloc(max_xfers, sizeof(*b->req));
+	b->ranges = calloc(max_xfers, sizeof(*b->ranges));
+	b->claims = calloc(max_xfers, sizeof(*b->claims));
+	if (b->req == NULL || b->ranges == NULL || b->claims == NULL)
+		goto free_arrays;
+	b->magic = KVT_BATCH_MAGIC;
+	b->cap = max_xfers;
+	pthread_mutex_lock(&batch_lock);
+	b->next = batches;
+	batches = b;
+	pthread_mutex_unlock(&batch_lock);
+	return b;
+
+free_arrays:
+	free(b->req);
+	free(b->ranges);
+	free(b->claims);
+	free(b);
+nomem:
+	rte_errno = ENOMEM;
+	return NULL;
+}
+
+static void
+batch_destroy(struct kvt_batch *b)
+{
+	uint32_t i;
+
+	/* Concurrent overlap checks may still read our ranges. */
+	if (b->claimed)
+		kvt_rcu_synchronize();
+	for (i = 0; i < b->nchunks; i++)
+		free(b->chunk[i]);
+	free(b->chunk);
+	free(b->req);
+	free(b->ranges);
+	free(b->claims);
+	b->magic = 0;
+	free(b);
+}
+
+static void
+unlink_batch(struct kvt_batch *b)
+{
+	struct kvt_batch **pp;
+
+	for (pp = &batches; *pp != NULL; pp = &(*pp)->next) {
+		if (*pp == b) {
+			*pp = b->next;
+			return;
+		}
+	}
+}
+
+int
+kvt_batch_free(struct kvt_batch *b)
+{
+	if (!batch_ok(b))
+		return -EINVAL;
+	pump(b);
+	pthread_mutex_lock(&batch_lock);
+	if (!reap(b)) {
+		/* Lcores still write its completion words: keep it. */
+		b->zombie = 1;
+		pthread_mutex_unlock(&batch_lock);
+		return 0;
+	}
+	unlink_batch(b);
+	pthread_mutex_unlock(&batch_lock);
+	batch_destroy(b);
+	return 0;
+}
+
+void
+kvt_batches_reap_zombies(void)
+{
+	struct kvt_batch *b, *next, *dead = NULL;
+
+	if (pthread_mutex_trylock(&batch_lock) != 0)
+		return;
+	for (b = batches; b != NULL; b = next) {
+		next = b->next;
+		if (!b->zombie)
+			continue;
+		pump(b);
+		if (reap(b)) {
+			unlink_batch(b);
+			b->next = dead;
+			dead = b;
+		}
+	}
+	pthread_mutex_unlock(&batch_lock);
+	for (b = dead; b != NULL; b = next) {
+		next = b->next;
+		batch_destroy(b);
+	}
+}
+
+int
+kvt_batch_reset(struct kvt_batch *b)
+{
+	if (!batch_ok(b))
+		return -EINVAL;
+	pump(b);
+	if (!reap(b))
+		return -EBUSY;
+	if (b->claimed) {
+		kvt_rcu_synchronize();
+		b->claimed = 0;
+	}
+	b->used = 0;
+	b->nsubs = 0;
+	b->reap = 0;
+	b->pump = 0;
+	b->nclaims = 0;
+	return 0;
+}
+
+/* Settle what was never queued, as cancelled. */
+static void
+cancel_unqueued(struct kvt_batch *b)
+{
+	struct kvt_desc *d;
+	struct kvt_sub *s;
+	uint32_t i;
+
+	while ((d = b->stash) != NULL) {
+		b->stash = d->next;
+		kvt_desc_complete(d, -ECANCELED);
+	}
+	b->stash_tail = NULL;
+	for (i = b->pump; i < b->nsubs; i++) {
+		s = sub_at(b, i);
+		for (; s->next_req < s->first + s->n; s->next_req++)
+			set_err(&b->req[s->next_req].err, -ECANCELED);
+		set_err(&s->err, -ECANCELED);
+	}
+	b->pump = b->nsubs;
+	/* Lcores and ports are stopped: nobody else writes done words. */
+	for (i = b->reap; i < b->nsubs; i++) {
+		s = sub_at(b, i);
+		if (!sub_done(s)) {
+			set_err(&s->err, -ECANCELED);
+			sub_settle(s);
+		}
+		finish(b, s);
+	}
+}
+
+void
+kvt_batches_cancel_all(void)
+{
+	struct kvt_batch *b, *next, *dead = NULL;
+
+	pthread_mutex_lock(&batch_lock);
+	for (b = batches; b != NULL; b = next) {
+		next = b->next;
+		cancel_unqueued(b);
+		b->reap = b->nsubs;
+		if (b->zombie) {
+			unlink_batch(b);
+			b->next = dead;
+			dead = b;
+		}
+	}
+	pthread_mutex_unlock(&batch_lock);
+	for (b = dead; b != NULL; b = next) {
+		next = b->next;
+		batch_destroy(b);
+	}
+}

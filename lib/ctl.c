@@ -1,0 +1,736 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * The control thread: the listening socket, inbound sessions (peers that
+ * opened us: handshake, connection requests, pings), and upkeep of the
+ * peers we opened (pings, region updates, loss detection).  It is an
+ * ordinary thread outside the lcores' cpus, and the only place besides
+ * kvt_peer_open() where control sockets are read or written.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <ifaddrs.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <arpa/inet.h>
+#include <net/if.h>
+#include <netinet/tcp.h>
+#include <sys/epoll.h>
+
+#include <rte_lcore.h>
+
+#include "kvt_private.h"
+
+#define KVT_HANDSHAKE_US (5 * 1000 * 1000)
+#define KVT_MAX_SESSIONS 4096
+
+/* epoll data tags: the low bit tells sessions from peers. */
+#define TAG_LISTEN ((uint64_t)1)
+#define TAG_WAKE ((uint64_t)3)
+
+static int ctl_epfd = -1;
+static unsigned int ctl_nsessions;
+
+static uint32_t
+ping_period_us(void)
+{
+	return RTE_MAX(kvt_eng->o.timeout_ms * 1000 / 4, 10000u);
+}
+
+static void
+wake_ctl(void)
+{
+	char c = 1;
+
+	if (kvt_eng->ctl_wake[1] >= 0 && write(kvt_eng->ctl_wake[1], &c, 1) < 0)
+		return;	/* full pipe: a wake-up is already pending */
+}
+
+static void
+advertised_addr(const struct sockaddr_in *bound, char *out, size_t len)
+{
+	struct ifaddrs *ifa, *i;
+	struct in_addr a = bound->sin_addr;
+	char ip[INET_ADDRSTRLEN];
+
+	if (a.s_addr == htonl(INADDR_ANY)) {
+		a.s_addr = htonl(INADDR_LOOPBACK);
+		if (getifaddrs(&ifa) == 0) {
+			for (i = ifa; i != NULL; i = i->ifa_next) {
+				if (i->ifa_addr == NULL ||
+				    i->ifa_addr->sa_family != AF_INET ||
+				    (i->ifa_flags & IFF_LOOPBACK))
+					continue;
+				a = ((struct sockaddr_in *)i->ifa_addr)->sin_addr;
+				break;
+			}
+			freeifaddrs(ifa);
+		}
+	}
+	inet_ntop(AF_INET, &a, ip, sizeof(ip));
+	snprintf(out, len, "%s:%u", ip, ntohs(bound->sin_port));
+}
+
+static int
+listen_open(void)
+{
+	struct kvt_engine *e = kvt_eng;
+	struct sockaddr_in sa;
+	socklen_t sl = sizeof(sa);
+	int fd, one = 1;
+
+	if (kvt_parse_addr(e->o.listen, &sa) < 0)
+		return -EINVAL;
+	fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	if (fd < 0)
+		return -errno;
+	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0 ||
+	    listen(fd, 128) != 0) {
+		int err = errno;
+
+		close(fd);
+		KVT_LOG(ERR, "cannot listen on %s: %s", e->o.listen, strerror(err));
+		return err == EADDRINUSE ? -EADDRINUSE : -err;
+	}
+	getsockname(fd, (struct sockaddr *)&sa, &sl);
+	e->listen_addr = sa;
+	advertised_addr(&sa, e->listen_str, sizeof(e->listen_str));
+	e->listen_fd = fd;
+	return 0;
+}
+
+/* ---- inbound sessions ---- */
+
+static int
+sess_queue(struct kvt_session *s, const struct kvt_buf *frame)
+{
+	return kvt_buf_put(&s->tx, frame->data, frame->len);
+}
+
+static int
+sess_flush(struct kvt_session *s)
+{
+	struct epoll_event ev = { .data.ptr = s };
+	ssize_t n;
+
+	while (s->tx_off < s->tx.len) {
+		n = send(s->fd, s->tx.data + s->tx_off, s->tx.len - s->tx_off,
+			 MSG_NOSIGNAL | MSG_DONTWAIT);
+		if (n > 0) {
+			s->tx_off += (size_t)n;
+			continue;
+		}
+		if (n < 0 && errno == EAGAIN)
+			break;
+		return -ECONNRESET;
+	}
+	if (s->tx_off == s->tx.len) {
+		s->tx.len = 0;
+		s->tx_off = 0;
+		ev.events = EPOLLIN;
+	} else {
+		ev.events = EPOLLIN | EPOLLOUT;
+	}
+	epoll_ctl(ctl_epfd, EPOLL_CTL_MOD, s->fd, &ev);
+	return 0;
+}
+
+static void
+sess_refuse(struct kvt_session *s, int err, const char *reason)
+{
+	struct kvt_buf b = { 0 };
+
+	KVT_LOG(WARNING, "session from %s refused: %s", s->info.name[0] ?
+		s->info.name : "?", reason);
+	kvt_wire_begin(&b, KVT_W_REFUSE);
+	kvt_wire_put_u64(&b, KVT_T_ERRNO, (uint64_t)err);
+	kvt_wire_put_str(&b, KVT_T_REASON, reason);
+	if (kvt_wire_end(&b) == 0) {
+		/* Best effort: the connection is closed right after. */
+		if (send(s->fd, b.data, b.len, MSG_NOSIGNAL | MSG_DONTWAIT) < 0)
+			KVT_LOG(DEBUG, "refusal not sent");
+	}
+	kvt_buf_free(&b);
+}
+
+/* Constant-time comparison, so timing does not leak the secret. */
+static int
+secret_ok(const char *want, const char *got)
+{
+	size_t lw = strlen(want), lg = strlen(got), i;
+	unsigned char diff = (unsigned char)(lw != lg);
+
+	for (i = 0; i < lw; i++)
+		diff |= (unsigned char)(want[i] ^ (i < lg ? got[i] : 0));
+	return diff == 0;
+}
+
+static int
+build_endpoints(struct kvt_buf *b)
+{
+	struct kvt_buf ep = { 0 };
+	struct kvt_port *p;
+	unsigned int i;
+	size_t mark;
+	int ret = 0;
+
+	for (i = 0; i < kvt_port_count() && ret == 0; i++) {
+		p = kvt_port_get(i);
+		ep.len = 0;
+		if (p->pmd->ops->endpoint != NULL) {
+			ret = p->pmd->ops->endpoint(p, &ep);
+			if (ret < 0)
+				break;
+		}
+		ret = kvt_wire_open(b, KVT_T_ENDPOINT, &mark);
+		ret |= kvt_wire_put_str(b, KVT_T_PMD, p->pmd->name);
+		ret |= kvt_wire_put_str(b, KVT_T_PORT_NAME, p->name);
+		ret |= kvt_wire_put_u64(b, KVT_T_PORT_ID, i);
+		ret |= kvt_wire_put(b, KVT_T_BLOB, ep.data, (uint32_t)ep.len);
+		kvt_wire_close(b, mark);
+	}
+	kvt_buf_free(&ep);
+	return ret != 0 ? -ENOMEM : 0;
+}
+
+static int
+sess_hello(struct kvt_session *s, const uint8_t *p, size_t len)
+{
+	struct kvt_engine *e = kvt_eng;
+	struct kvt_wire_hello *h;
+	struct kvt_buf b = { 0 };
+	int ret;
+
+	h = malloc(sizeof(*h));
+	if (h == NULL)
+		return -ENOMEM;
+	ret = kvt_wire_decode_hello(p, len, h);
+	if (ret < 0) {
+		sess_refuse(s, EPROTO, "malformed HELLO");
+		goto out;
+	}
+	snprintf(s->info.name, sizeof(s->info.name), "%s", h->name);
+	memcpy(s->info.host_id, h->host_id, sizeof(s->info.host_id));
+	s->info.pid = h->pid;
+	s->info.same_host = memcmp(h->host_id, e->env.host_id,
+				   sizeof(h->host_id)) == 0;
+	if (e->o.secret[0] != '\0' &&
+	    (!h->has_secret || !secret_ok(e->o.secret, h->secret))) {
+		sess_refuse(s, EACCES, "wrong or missing secret");
+		ret = -EACCES;
+		goto out;
+	}
+	ret = kvt_wire_begin(&b, KVT_W_WELCOME);
+	ret |= kvt_wire_put_str(&b, KVT_T_NAME, e->o.name);
+	ret |= kvt_wire_put(&b, KVT_T_HOST_ID, e->env.host_id,
+			    sizeof(e->env.host_id));
+	ret |= kvt_wire_put_u64(&b, KVT_T_PID, (uint64_t)getpid());
+	if (e->o.secret[0] != '\0')
+		ret |= kvt_wire_put_str(&b, KVT_T_SECRET, e->o.secret);
+	ret |= build_endpoints(&b);
+	ret |= kvt_mem_export_all(&b);
+	ret |= kvt_wire_end(&b);
+	if (ret != 0) {
+		ret = -ENOMEM;
+		goto out;
+	}
+	ret = sess_queue(s, &b);
+	s->authed = 1;
+	KVT_LOG(INFO, "peer %s (pid %u%s) opened us", s->info.name, s->info.pid,
+		s->info.same_host ? ", same host" : "");
+out:
+	kvt_buf_free(&b);
+	free(h);
+	return ret;
+}
+
+static int
+conn_req_fields(const uint8_t *p, size_t len, uint64_t *port,
+		const uint8_t **blob, uint32_t *blen)
+{
+	struct kvt_tlv t = { p, len };
+	const uint8_t *v;
+	uint32_t l;
+	uint16_t tag;
+	int r, have = 0;
+
+	while ((r = kvt_tlv_next(&t, &tag, &v, &l)) > 0) {
+		if (tag == KVT_T_PORT_ID && kvt_tlv_u64(v, l, port) == 0) {
+			have |= 1;
+		} else if (tag == KVT_T_BLOB) {
+			*blob = v;
+			*blen = l;
+			have |= 2;
+		}
+	}
+	return r == 0 && have == 3 ? 0 : -EPROTO;
+}
+
+static int
+sess_conn_req(struct kvt_session *s, const uint8_t *p, size_t len)
+{
+	struct kvt_buf rep = { 0 }, b = { 0 };
+	const uint8_t *blob = NULL;
+	struct kvt_conn *c = NULL;
+	struct kvt_port *port;
+	uint64_t pid = 0;
+	uint32_t blen = 0;
+	int ret;
+
+	ret = conn_req_fields(p, len, &pid, &blob, &blen);
+	if (ret < 0)
+		return ret;
+	port = kvt_port_get((unsigned int)RTE_MIN(pid, (uint64_t)UINT32_MAX));
+	if (port == NULL || port->pmd->ops->conn_accept == NULL)
+		ret = -ENOENT;
+	else if (s->conn[port->id] != NULL)
+		ret = -EEXIST;
+	else
+		ret = port->pmd->ops->conn_accept(port, &s->info, blob, blen,
+						  &rep, &c);
+	if (ret == 0) {
+		c->port = port;
+		c->info = s->info;
+		s->conn[port->id] = c;
+	}
+	kvt_wire_begin(&b, KVT_W_CONN_REP);
+	kvt_wire_put_u64(&b, KVT_T_ERRNO, (uint64_t)-ret);
+	kvt_wire_put(&b, KVT_T_BLOB, rep.data, (uint32_t)rep.len);
+	ret = kvt_wire_end(&b);
+	if (ret == 0)
+		ret = sess_queue(s, &b);
+	kvt_buf_free(&b);
+	kvt_buf_free(&rep);
+	return ret;
+}
+
+static int
+sess_frame(struct kvt_session *s, uint16_t type, const uint8_t *p, size_t len)
+{
+	struct kvt_buf b = { 0 };
+	int ret;
+
+	if (!s->authed)
+		return type == KVT_W_HELLO ? sess_hello(s, p, len) : -EPROTO;
+	switch (type) {
+	case KVT_W_CONN_REQ:
+		return sess_conn_req(s, p, len);
+	case KVT_W_PING:
+		ret = kvt_wire_begin(&b, KVT_W_PONG);
+		ret |= kvt_wire_end(&b);
+		if (ret == 0)
+			ret = sess_queue(s, &b);
+		kvt_buf_free(&b);
+		return ret;
+	case KVT_W_BYE:
+		return -ECONNRESET;
+	default:
+		return -EPROTO;
+	}
+}
+
+static void
+sess_close(struct kvt_session *s)
+{
+	struct kvt_session **pp;
+	struct kvt_conn *c;
+	unsigned int i;
+
+	for (pp = &kvt_eng->sessions; *pp != NULL; pp = &(*pp)->next) {
+		if (*pp == s) {
+			*pp = s->next;
+			break;
+		}
+	}
+	epoll_ctl(ctl_epfd, EPOLL_CTL_DEL, s->fd, NULL);
+	close(s->fd);
+	for (i = 0; i < KVT_MAX_PORTS; i++) {
+		c = s->conn[i];
+		if (c == NULL)
+			continue;
+		kvt_conn_set_dead(c);
+		c->port->pmd->ops->conn_close(c);
+	}
+	if (s->authed)
+		KVT_LOG(INFO, "peer %s closed its session", s->info.name);
+	kvt_buf_free(&s->rx);
+	kvt_buf_free(&s->tx);
+	free(s);
+	ctl_nsessions--;
+}
+
+/* Act on every whole frame in rx; @return 0 or a negative errno. */
+static int
+sess_parse(struct kvt_session *s)
+{
+	uint16_t type;
+	size_t off = 0;
+	int len, ret = 0;
+
+	while (ret == 0 && s->rx.len - off >= KVT_WIRE_HDR) {
+		len = kvt_wire_check_hdr(s->rx.data + off, s->authed ?
+					 KVT_WIRE_MAX : KVT_WIRE_MAX_PREAUTH,
+					 &type);
+		if (len < 0) {
+			sess_refuse(s, EPROTO, "malformed frame header");
+			return len;
+		}
+		if (s->rx.len - off - KVT_WIRE_HDR < (size_t)len)
+			break;
+		ret = sess_frame(s, type, s->rx.data + off + KVT_WIRE_HDR,
+				 (size_t)len);
+		off += KVT_WIRE_HDR + (size_t)len;
+	}
+	memmove(s->rx.data, s->rx.data + off, s->rx.len - off);
+	s->rx.len -= off;
+	return ret;
+}
+
+/* Read what is there, a chunk at a time, acting on whole frames. */
+static int
+sess_read(struct kvt_session *s)
+{
+	uint8_t tmp[16384];
+	ssize_t n;
+	int ret;
+
+	for (;;) {
+		n = recv(s->fd, tmp, sizeof(tmp), MSG_DONTWAIT);
+		if (n == 0)
+			return -ECONNRESET;
+		if (n < 0) {
+			if (errno != EAGAIN && errno != EINTR)
+				return -ECONNRESET;
+			break;
+		}
+		s->last_rx_us = kvt_now_us();
+		if (kvt_buf_put(&s->rx, tmp, (size_t)n) < 0)
+			return -ENOMEM;
+		ret = sess_parse(s);
+		if (ret < 0)
+			return ret;
+	}
+	return sess_flush(s);
+}
+
+static void
+accept_sessions(void)
+{
+	struct epoll_event ev = { .events = EPOLLIN };
+	struct kvt_session *s;
+	socklen_t sl;
+	int fd, one = 1;
+
+	for (;;) {
+		struct sockaddr_storage ss;
+
+		sl = sizeof(ss);
+		fd = accept4(kvt_eng->listen_fd, (struct sockaddr *)&ss, &sl,
+			     SOCK_NONBLOCK | SOCK_CLOEXEC);
+		if (fd < 0)
+			return;
+		if (ctl_nsessions >= KVT_MAX_SESSIONS) {
+			close(fd);
+			continue;
+		}
+		s = calloc(1, sizeof(*s));
+		if (s == NULL) {
+			close(fd);
+			continue;
+		}
+		setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+		s->fd = fd;
+		s->info.ctl_addr = ss;
+		s->opened_us = s->last_rx_us = kvt_now_us();
+		ev.data.ptr = s;
+		if (epoll_ctl(ctl_epfd, EPOLL_CTL_ADD, fd, &ev) != 0) {
+			close(fd);
+			free(s);
+			continue;
+		}
+		s->next = kvt_eng->sessions;
+		kvt_eng->sessions = s;
+		ctl_nsessions++;
+	}
+}
+
+void
+kvt_ctl_region_event(const struct kvt_mem *m, int added)
+{
+	struct kvt_session *s;
+	struct kvt_buf b = { 0 };
+	int ret;
+
+	if (kvt_eng == NULL)
+		return;
+	ret = kvt_wire_begin(&b, added ? KVT_W_REGION_ADD : KVT_W_REGION_DEL);
+	if (added)
+		ret |= kvt_mem_export_one(m, &b);
+	else
+		ret |= kvt_wire_put_u64(&b, KVT_T_BASE, (uintptr_t)m->lm.addr);
+	ret |= kvt_wire_end(&b);
+	if (ret == 0) {
+		pthread_mutex_lock(&kvt_eng->ctl_lock);
+		for (s = kvt_eng->sessions; s != NULL; s = s->next)
+			if (s->authed)
+				sess_queue(s, &b);
+		pthread_mutex_unlock(&kvt_eng->ctl_lock);
+		wake_ctl();
+	}
+	kvt_buf_free(&b);
+}
+
+/* ---- peers we opened ---- */
+
+static int
+peer_read(struct kvt_peer *p)
+{
+	uint8_t tmp[16384];
+	uint16_t type;
+	size_t off = 0;
+	ssize_t n;
+	int len, ret = 0;
+
+	for (;;) {
+		n = recv(p->fd, tmp, sizeof(tmp), MSG_DONTWAIT);
+		if (n == 0)
+			return -ECONNRESET;
+		if (n < 0)
+			break;
+		if (kvt_buf_put(&p->rx, tmp, (size_t)n) < 0)
+			return -ENOMEM;
+	}
+	if (errno != EAGAIN && errno != EINTR)
+		return -ECONNRESET;
+	while (ret == 0 && p->rx.len - off >= KVT_WIRE_HDR) {
+		len = kvt_wire_check_hdr(p->rx.data + off, KVT_WIRE_MAX, &type);
+		if (len < 0)
+			return len;
+		if (p->rx.len - off - KVT_WIRE_HDR < (size_t)len)
+			break;
+		switch (type) {
+		case KVT_W_PONG:
+			p->last_pong_us = kvt_now_us();
+			break;
+		case KVT_W_REGION_ADD:
+		case KVT_W_REGION_DEL:
+			ret = kvt_peer_region_update(p, type == KVT_W_REGION_ADD,
+						     p->rx.data + off + KVT_WIRE_HDR,
+						     (size_t)len);
+			break;
+		default:
+			ret = -EPROTO;
+		}
+		off += KVT_WIRE_HDR + (size_t)len;
+	}
+	memmove(p->rx.data, p->rx.data + off, p->rx.len - off);
+	p->rx.len -= off;
+	return ret;
+}
+
+static void
+peer_ping(struct kvt_peer *p, uint64_t now)
+{
+	struct kvt_buf b = { 0 };
+
+	if (now - p->last_ping_us < ping_period_us())
+		return;
+	p->last_ping_us = now;
+	if (kvt_wire_begin(&b, KVT_W_PING) == 0 && kvt_wire_end(&b) == 0 &&
+	    send(p->fd, b.data, b.len, MSG_NOSIGNAL | MSG_DONTWAIT) < 0 &&
+	    errno != EAGAIN)
+		kvt_peer_lost(p, -ECONNRESET);
+	kvt_buf_free(&b);
+}
+
+int
+kvt_ctl_adopt_peer(struct kvt_peer *p)
+{
+	struct epoll_event ev = { .events = EPOLLIN };
+
+	/* Peers are told from sessions by the low pointer bit. */
+	ev.data.u64 = (uintptr_t)p | 1;
+	p->last_pong_us = p->last_ping_us = kvt_now_us();
+	if (epoll_ctl(ctl_epfd, EPOLL_CTL_ADD, p->fd, &ev) != 0)
+		return -errno;
+	wake_ctl();
+	return 0;
+}
+
+void
+kvt_ctl_forget_peer(struct kvt_peer *p)
+{
+	if (ctl_epfd >= 0 && p->fd >= 0)
+		epoll_ctl(ctl_epfd, EPOLL_CTL_DEL, p->fd, NULL);
+}
+
+static void
+ctl_tick(uint64_t now)
+{
+	struct kvt_session *s, *next;
+	struct kvt_peer *p;
+	uint64_t dead_us = (uint64_t)kvt_eng->o.timeout_ms * 1000;
+
+	for (p = kvt_eng->peers; p != NULL; p = p->next) {
+		if (__atomic_load_n(&p->state, __ATOMIC_ACQUIRE) != KVT_PEER_UP)
+			continue;
+		peer_ping(p, now);
+		if (now - p->last_pong_us > dead_us) {
+			KVT_LOG(ERR, "peer %s: no answer for %u ms", p->info.name,
+				kvt_eng->o.timeout_ms);
+			kvt_peer_lost(p, -ETIMEDOUT);
+		}
+	}
+	kvt_batches_reap_zombies();
+	for (s = kvt_eng->sessions; s != NULL; s = next) {
+		next = s->next;
+		if ((!s->authed && now - s->opened_us > KVT_HANDSHAKE_US) ||
+		    now - s->last_rx_us > 2 * dead_us)
+			sess_close(s);
+		else if (s->tx.len > s->tx_off && sess_flush(s) < 0)
+			sess_close(s);
+	}
+}
+
+static int
+peer_listed(const struct kvt_peer *p)
+{
+	const struct kvt_peer *q;
+
+	for (q = kvt_eng->peers; q != NULL; q = q->next)
+		if (q == p)
+			return 1;
+	return 0;
+}
+
+static void
+ctl_event(struct epoll_event *ev)
+{
+	struct kvt_session *s;
+	struct kvt_peer *p;
+	char drain[64];
+	int ret;
+
+	if (ev->data.u64 == TAG_LISTEN) {
+		accept_sessions();
+		return;
+	}
+	if (ev->data.u64 == TAG_WAKE) {
+		while (read(kvt_eng->ctl_wake[0], drain, sizeof(drain)) > 0)
+			;
+		return;
+	}
+	if (ev->data.u64 & 1) {
+		p = (struct kvt_peer *)(uintptr_t)(ev->data.u64 & ~(uint64_t)1);
+		/* It may have been closed since epoll_wait returned. */
+		if (!peer_listed(p))
+			return;
+		if (__atomic_load_n(&p->state, __ATOMIC_ACQUIRE) != KVT_PEER_UP) {
+			epoll_ctl(ctl_epfd, EPOLL_CTL_DEL, p->fd, NULL);
+			return;
+		}
+		ret = peer_read(p);
+		if (ret < 0) {
+			KVT_LOG(ERR, "peer %s: control connection lost (%s)",
+				p->info.name, strerror(-ret));
+			epoll_ctl(ctl_epfd, EPOLL_CTL_DEL, p->fd, NULL);
+			kvt_peer_lost(p, -ECONNRESET);
+		}
+		return;
+	}
+	s = ev->data.ptr;
+	if ((ev->events & EPOLLIN) || (ev->events & (EPOLLHUP | EPOLLERR)))
+		ret = sess_read(s);
+	else
+		ret = sess_flush(s);
+	if (ret < 0)
+		sess_close(s);
+}
+
+static void *
+ctl_main(void *arg)
+{
+	struct epoll_event evs[64];
+	int n, i, tick_ms = (int)RTE_MAX(ping_period_us() / 2000, 5u);
+
+	RTE_SET_USED(arg);
+	while (__atomic_load_n(&kvt_eng->ctl_running, __ATOMIC_ACQUIRE)) {
+		n = epoll_wait(ctl_epfd, evs, RTE_DIM(evs), tick_ms);
+		pthread_mutex_lock(&kvt_eng->ctl_lock);
+		for (i = 0; i < n; i++)
+			ctl_event(&evs[i]);
+		ctl_tick(kvt_now_us());
+		pthread_mutex_unlock(&kvt_eng->ctl_lock);
+	}
+	return NULL;
+}
+
+int
+kvt_ctl_start(void)
+{
+	struct kvt_engine *e = kvt_eng;
+	struct epoll_event ev = { .events = EPOLLIN };
+	int ret;
+
+	e->ctl_wake[0] = e->ctl_wake[1] = -1;
+	ret = listen_open();
+	if (ret < 0)
+		return ret;
+	ctl_epfd = epoll_create1(EPOLL_CLOEXEC);
+	if (ctl_epfd < 0) {
+		ret = -errno;
+		goto close_listen;
+	}
+	if (pipe2(e->ctl_wake, O_NONBLOCK | O_CLOEXEC) != 0) {
+		ret = -errno;
+		goto close_epoll;
+	}
+	ev.data.u64 = TAG_LISTEN;
+	epoll_ctl(ctl_epfd, EPOLL_CTL_ADD, e->listen_fd, &ev);
+	ev.data.u64 = TAG_WAKE;
+	epoll_ctl(ctl_epfd, EPOLL_CTL_ADD, e->ctl_wake[0], &ev);
+	e->ctl_running = 1;
+	ret = rte_ctrl_thread_create(&e->ctl_thread, "kvt-ctl", NULL, ctl_main,
+				     NULL);
+	if (ret != 0) {
+		ret = -ret;
+		e->ctl_running = 0;
+		goto close_pipe;
+	}
+	return 0;
+
+close_pipe:
+	close(e->ctl_wake[0]);
+	close(e->ctl_wake[1]);
+	e->ctl_wake[0] = e->ctl_wake[1] = -1;
+close_epoll:
+	close(ctl_epfd);
+	ctl_epfd = -1;
+close_listen:
+	close(e->listen_fd);
+	e->listen_fd = -1;
+	return ret;
+}
+
+void
+kvt_ctl_stop(void)
+{
+	struct kvt_engine *e = kvt_eng;
+
+	if (!e->ctl_running)
+		return;
+	__atomic_store_n(&e->ctl_running, 0, __ATOMIC_RELEASE);
+	wake_ctl();
+	pthread_join(e->ctl_thread, NULL);
+	while (e->sessions != NULL)
+		sess_close(e->sessions);
+	close(e->listen_fd);
+	close(e->ctl_wake[0]);
+	close(e->ctl_wake[1]);
+	close(ctl_epfd);
+	e->listen_fd = ctl_epfd = -1;
+	e->ctl_wake[0] = e->ctl_wake[1] = -1;
+}

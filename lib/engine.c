@@ -1,0 +1,350 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * The engine: kvt_init() brings up (or attaches to) EAL, probes the
+ * transports, places their ports on worker lcores, and starts the control
+ * thread; kvt_fini() takes it all down again.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <sys/stat.h>
+
+#include <rte_eal.h>
+#include <rte_errno.h>
+#include <rte_lcore.h>
+#include <rte_launch.h>
+
+#include "kvt_private.h"
+
+RTE_LOG_REGISTER(kvt_logtype, kvt, NOTICE);
+
+struct kvt_engine *kvt_eng;
+
+/* Set when kvt ran rte_eal_init; EAL lives until the process exits, so a
+ * later kvt_init() attaches to it. */
+static int kvt_eal_ours;
+static char kvt_eal_rundir[PATH_MAX];
+
+static void
+eal_cleanup_at_exit(void)
+{
+	if (kvt_eng != NULL)
+		kvt_fini();
+	rte_eal_cleanup();
+	if (kvt_eal_rundir[0] != '\0')
+		rmdir(kvt_eal_rundir);
+}
+
+int
+kvt_host_id(uint8_t id[32])
+{
+	char boot[64] = "";
+	struct stat st;
+	FILE *f;
+	size_t n;
+
+	memset(id, 0, 32);
+	f = fopen("/proc/sys/kernel/random/boot_id", "r");
+	if (f != NULL) {
+		n = fread(boot, 1, sizeof(boot) - 1, f);
+		boot[n] = '\0';
+		fclose(f);
+	}
+	memcpy(id, boot, RTE_MIN(strlen(boot), (size_t)24));
+	/* Processes in other network namespaces count as other hosts: they
+	 * are how tests and containers build "hosts" on one machine. */
+	if (stat("/proc/self/ns/net", &st) == 0)
+		memcpy(id + 24, &st.st_ino, 8);
+	return 0;
+}
+
+/* Worker cpus for our own EAL: the last cpus we may run on. */
+static int
+default_lcores_arg(char *buf, size_t len, unsigned int nports)
+{
+	cpu_set_t set;
+	int cpus[CPU_SETSIZE], ncpu = 0, c, nw, i, off;
+
+	if (sched_getaffinity(0, sizeof(set), &set) != 0)
+		return -errno;
+	for (c = 0; c < CPU_SETSIZE; c++)
+		if (CPU_ISSET(c, &set))
+			cpus[ncpu++] = c;
+	nw = RTE_MAX(1, RTE_MIN((int)nports, ncpu - 1));
+	nw = RTE_MIN(nw, KVT_MAX_LCORES);
+	/* The main lcore is the application's thread: leave it unpinned. */
+	off = snprintf(buf, len, "--lcores=0@(");
+	for (i = 0; i < ncpu; i++)
+		off += snprintf(buf + off, len - off, "%s%d", i ? "," : "",
+				cpus[i]);
+	off += snprintf(buf + off, len - off, ")");
+	for (i = 0; i < nw; i++)
+		off += snprintf(buf + off, len - off, ",%d@%d", i + 1,
+				cpus[ncpu - 1 - (i % ncpu)]);
+	return (size_t)off < len ? 0 : -ENOSPC;
+}
+
+static int
+eal_start(int eal_argc, char **eal_argv)
+{
+	char lcores[1024], prefix[64], mem[16];
+	char *args[64];
+	int n = 0, i, ret;
+
+	if (rte_lcore_count() > 0) {
+		KVT_LOG(INFO, "EAL already initialised: attaching");
+		if (eal_argc > 1)
+			KVT_LOG(WARNING, "EAL arguments ignored: EAL is already running");
+		return 0;
+	}
+	if (eal_argc > 1) {
+		if (eal_argc > (int)RTE_DIM(args) - 1)
+			return -EINVAL;
+		for (i = 0; i < eal_argc; i++)
+			args[n++] = eal_argv[i];
+	} else {
+		ret = default_lcores_arg(lcores, sizeof(lcores),
+					 kvt_eng->nports);
+		if (ret < 0)
+			return ret;
+		snprintf(prefix, sizeof(prefix), "--file-prefix=kvt-%d",
+			 (int)getpid());
+		snprintf(mem, sizeof(mem), "%u",
+			 64 + kvt_eng->o.descs * 2 / 8192);
+		args[n++] = eal_argc > 0 ? eal_argv[0] : (char *)"kvt";
+		args[n++] = (char *)"--no-huge";
+		args[n++] = (char *)"--no-pci";
+		args[n++] = (char *)"--no-shconf";
+		args[n++] = (char *)"--log-level=lib.eal:warning";
+		args[n++] = (char *)"--log-level=lib.telemetry:warning";
+		args[n++] = (char *)"-m";
+		args[n++] = mem;
+		args[n++] = prefix;
+		args[n++] = lcores;
+	}
+	args[n] = NULL;
+	ret = rte_eal_init(n, args);
+	if (ret < 0) {
+		KVT_LOG(ERR, "EAL initialisation failed: %s",
+			rte_strerror(rte_errno));
+		return -EIO;
+	}
+	kvt_eal_ours = 1;
+	snprintf(kvt_eal_rundir, sizeof(kvt_eal_rundir), "%s",
+		 rte_eal_get_runtime_dir());
+	atexit(eal_cleanup_at_exit);
+	return 0;
+}
+
+/* Pick the worker lcores kvt runs its ports on. */
+static int
+lcores_pick(void)
+{
+	struct kvt_engine *e = kvt_eng;
+	unsigned int i, id;
+
+	if (e->o.n_lcores > 0) {
+		for (i = 0; i < e->o.n_lcores; i++) {
+			id = e->o.lcores[i];
+			if (!rte_lcore_is_enabled(id) || id == rte_get_main_lcore() ||
+			    rte_eal_get_lcore_state(id) != WAIT) {
+				KVT_LOG(ERR, "--kvt-lcores: lcore %u is not an idle EAL worker", id);
+				return -EINVAL;
+			}
+			e->lcores[e->nlcores++].id = id;
+		}
+		return 0;
+	}
+	RTE_LCORE_FOREACH_WORKER(id) {
+		if (e->nlcores == KVT_MAX_LCORES)
+			break;
+		if (rte_eal_get_lcore_state(id) == WAIT)
+			e->lcores[e->nlcores++].id = id;
+	}
+	return 0;
+}
+
+static int
+pool_create(void)
+{
+	struct kvt_engine *e = kvt_eng;
+	char name[RTE_MEMPOOL_NAMESIZE];
+
+	snprintf(name, sizeof(name), "kvt_desc_%d", (int)getpid());
+	e->pool = rte_mempool_create(name, e->o.descs - 1, sizeof(struct kvt_desc),
+				     256, 0, NULL, NULL, NULL, NULL,
+				     SOCKET_ID_ANY, 0);
+	if (e->pool == NULL) {
+		KVT_LOG(ERR, "descriptor pool: %s", rte_strerror(rte_errno));
+		return -ENOMEM;
+	}
+	return 0;
+}
+
+/* Split argv into EAL's part and kvt's part. */
+static void
+split_args(int argc, char **argv, int *eal_argc, int *kvt_first)
+{
+	int i;
+
+	*eal_argc = argc;
+	*kvt_first = argc;
+	if (argc > 1 && strncmp(argv[1], "--kvt-", 6) == 0) {
+		*eal_argc = 1;
+		*kvt_first = 1;
+		return;
+	}
+	for (i = 1; i < argc; i++) {
+		if (strcmp(argv[i], "--") == 0) {
+			*eal_argc = i;
+			*kvt_first = i + 1;
+			return;
+		}
+	}
+}
+
+static void
+engine_free(void)
+{
+	kvt_opts_free(&kvt_eng->o);
+	pthread_mutex_destroy(&kvt_eng->ctl_lock);
+	free(kvt_eng);
+	kvt_eng = NULL;
+}
+
+int
+kvt_init(int argc, char **argv)
+{
+	struct kvt_engine *e;
+	char err[256] = "";
+	int eal_argc, kvt_first, consumed, ret;
+
+	if (kvt_eng != NULL)
+		return -EALREADY;
+	if (argc < 0 || (argc > 0 && argv == NULL))
+		return -EINVAL;
+	e = calloc(1, sizeof(*e));
+	if (e == NULL)
+		return -ENOMEM;
+	kvt_eng = e;
+	pthread_mutex_init(&e->ctl_lock, NULL);
+	e->listen_fd = -1;
+	kvt_opts_defaults(&e->o);
+	split_args(argc, argv, &eal_argc, &kvt_first);
+	consumed = kvt_opts_parse(&e->o, argc - kvt_first, argv + kvt_first,
+				  err, sizeof(err));
+	if (consumed < 0) {
+		KVT_LOG(ERR, "%s", err);
+		ret = consumed;
+		goto free_engine;
+	}
+	if (e->o.name[0] == '\0') {
+		char host[40] = "kvt";
+
+		gethostname(host, sizeof(host) - 1);
+		snprintf(e->o.name, sizeof(e->o.name), "%.40s-%d", host,
+			 (int)getpid());
+	}
+	kvt_host_id(e->env.host_id);
+	e->env.slice = e->o.slice;
+	e->env.timeout_ms = e->o.timeout_ms;
+	e->env.nic_allow = e->o.nic;
+	e->env.topo_file = e->o.topo;
+
+	ret = kvt_ports_probe();
+	if (ret < 0)
+		goto remove_ports;
+	ret = eal_start(eal_argc, argv);
+	if (ret < 0)
+		goto remove_ports;
+	ret = lcores_pick();
+	if (ret < 0)
+		goto remove_ports;
+	ret = kvt_ports_assign();
+	if (ret < 0)
+		goto remove_ports;
+	ret = pool_create();
+	if (ret < 0)
+		goto remove_ports;
+	ret = kvt_mem_init();
+	if (ret < 0)
+		goto free_pool;
+	ret = kvt_notify_init();
+	if (ret < 0)
+		goto mem_fini;
+	ret = kvt_ports_start();
+	if (ret < 0)
+		goto stop_ports;
+	ret = kvt_lcores_start();
+	if (ret < 0)
+		goto stop_ports;
+	ret = kvt_ctl_start();
+	if (ret < 0)
+		goto stop_lcores;
+	kvt_stats_init();
+	KVT_LOG(NOTICE, "engine %s listening on %s, %u port(s) on %u lcore(s)",
+		e->o.name, e->listen_str, e->nports, e->nlcores);
+	/* Like rte_eal_init: argv[ret] is the last argument kvt used. */
+	return argc > 0 ? kvt_first - 1 + consumed : 0;
+
+stop_lcores:
+	kvt_lcores_stop();
+stop_ports:
+	kvt_ports_stop();
+	kvt_lcores_free();
+	kvt_notify_fini();
+mem_fini:
+	kvt_mem_fini();
+free_pool:
+	rte_mempool_free(e->pool);
+remove_ports:
+	kvt_ports_remove();
+free_engine:
+	engine_free();
+	return ret;
+}
+
+int
+kvt_fini(void)
+{
+	struct kvt_engine *e = kvt_eng;
+
+	if (e == NULL)
+		return -ENODEV;
+	kvt_ctl_stop();
+	kvt_lcores_stop();
+	kvt_ports_stop();
+	kvt_batches_cancel_all();
+	kvt_peers_close_all();
+	kvt_notify_fini();
+	kvt_mem_fini();
+	kvt_ports_remove();
+	kvt_lcores_free();
+	rte_mempool_free(e->pool);
+	engine_free();
+	return 0;
+}
+
+const char *
+kvt_name(void)
+{
+	return kvt_eng != NULL ? kvt_eng->o.name : NULL;
+}
+
+int
+kvt_listen_addr(char *buf, size_t size)
+{
+	size_t n;
+
+	if (kvt_eng == NULL)
+		return -ENODEV;
+	n = strlen(kvt_eng->listen_str);
+	if (buf == NULL || n + 1 > size)
+		return -ENOSPC;
+	memcpy(buf, kvt_eng->listen_str, n + 1);
+	return (int)n;
+}

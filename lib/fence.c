@@ -1,0 +1,172 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * Fence tables (receiver side).  A slot is armed with a room id; a sender
+ * writes that id into the slot after all of its data is placed; the
+ * receiver accepts the slot only on an exact match.  0 means "nothing
+ * arrived", so room ids are never 0, and arming clears the slot first.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <rte_errno.h>
+#include <rte_pause.h>
+
+#include "kvt_private.h"
+
+#define KVT_FENCE_MAGIC 0x6b766665u
+#define KVT_FENCE_MAX_SLOTS (1u << 24)
+
+struct kvt_fence_table {
+	uint32_t magic;
+	uint32_t nslots;
+	uint64_t *words;	/* peers write here */
+	uint64_t *expect;	/* armed room per slot */
+	struct kvt_mem *m;
+	struct kvt_loc loc;
+};
+
+struct kvt_mem *kvt_mem_register_flags(void *addr, size_t len,
+				       const char *loc, uint32_t flags);
+
+static int
+ft_ok(const struct kvt_fence_table *ft, uint32_t slot)
+{
+	return ft != NULL && ft->magic == KVT_FENCE_MAGIC && slot < ft->nslots;
+}
+
+struct kvt_fence_table *
+kvt_fence_table_create(uint32_t nslots, const char *locs)
+{
+	struct kvt_fence_table *ft;
+	size_t len = (size_t)nslots * 8;
+	int err;
+
+	if (kvt_eng == NULL) {
+		rte_errno = ENODEV;
+		return NULL;
+	}
+	if (nslots == 0 || nslots > KVT_FENCE_MAX_SLOTS) {
+		rte_errno = EINVAL;
+		return NULL;
+	}
+	ft = calloc(1, sizeof(*ft));
+	if (ft == NULL) {
+		rte_errno = ENOMEM;
+		return NULL;
+	}
+	if (locs == NULL)
+		locs = "cpu:0";
+	if (kvt_parse_loc(locs, &ft->loc) < 0) {
+		err = EINVAL;
+		goto free_ft;
+	}
+	if (ft->loc.type != KVT_LOC_CPU) {
+		/* Device tables are the NVLink PMD's; none here. */
+		KVT_LOG(ERR, "fence table at %s: only host tables are supported here",
+			locs);
+		err = ENOTSUP;
+		goto free_ft;
+	}
+	ft->expect = calloc(nslots, sizeof(*ft->expect));
+	ft->words = kvt_mem_alloc(len, locs);
+	if (ft->expect == NULL || ft->words == NULL) {
+		err = ft->words == NULL ? rte_errno : ENOMEM;
+		goto free_words;
+	}
+	memset(ft->words, 0, len);
+	ft->m = kvt_mem_register_flags(ft->words, len, locs,
+				       KVT_MEM_REMOTE_WRITE | KVT_MEM_F_FENCE);
+	if (ft->m == NULL) {
+		err = rte_errno;
+		goto free_words;
+	}
+	ft->nslots = nslots;
+	ft->magic = KVT_FENCE_MAGIC;
+	return ft;
+
+free_words:
+	if (ft->words != NULL)
+		kvt_mem_free(ft->words);
+	free(ft->expect);
+free_ft:
+	free(ft);
+	rte_errno = err;
+	return NULL;
+}
+
+int
+kvt_fence_table_destroy(struct kvt_fence_table *ft)
+{
+	int ret;
+
+	if (!ft_ok(ft, 0))
+		return -EINVAL;
+	ret = kvt_mem_unregister(ft->m);
+	if (ret < 0)
+		return ret;
+	kvt_mem_free(ft->words);
+	free(ft->expect);
+	ft->magic = 0;
+	free(ft);
+	return 0;
+}
+
+uint64_t
+kvt_fence_table_handle(const struct kvt_fence_table *ft)
+{
+	return ft_ok(ft, 0) ? (uintptr_t)ft->words : 0;
+}
+
+volatile uint64_t *
+kvt_fence_table_words(const struct kvt_fence_table *ft)
+{
+	return ft_ok(ft, 0) ? ft->words : NULL;
+}
+
+int
+kvt_fence_arm(struct kvt_fence_table *ft, uint32_t slot, uint64_t room)
+{
+	if (!ft_ok(ft, slot) || room == 0)
+		return -EINVAL;
+	__atomic_store_n(&ft->words[slot], 0, __ATOMIC_RELEASE);
+	__atomic_store_n(&ft->expect[slot], room, __ATOMIC_RELEASE);
+	return 0;
+}
+
+int
+kvt_fence_poll(struct kvt_fence_table *ft, uint32_t slot)
+{
+	uint64_t v;
+
+	if (!ft_ok(ft, slot))
+		return -EINVAL;
+	/* Acquire: the data written before the fence is visible after. */
+	v = __atomic_load_n(&ft->words[slot], __ATOMIC_ACQUIRE);
+	if (v == 0)
+		return -EAGAIN;
+	return v == __atomic_load_n(&ft->expect[slot], __ATOMIC_ACQUIRE) ?
+		0 : -ESTALE;
+}
+
+int
+kvt_fence_wait(struct kvt_fence_table *ft, uint32_t slot, uint64_t timeout_us)
+{
+	struct timespec nap = { 0, 20000 };
+	uint64_t start = kvt_now_us(), el;
+	int ret;
+
+	for (;;) {
+		ret = kvt_fence_poll(ft, slot);
+		if (ret != -EAGAIN)
+			return ret;
+		el = kvt_now_us() - start;
+		if (el >= timeout_us)
+			return -ETIMEDOUT;
+		if (el < 100)
+			rte_pause();
+		else
+			nanosleep(&nap, NULL);
+	}
+}

@@ -1,0 +1,441 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * Engine internals shared by the files of lib/.  PMDs never include this.
+ */
+#ifndef KVT_PRIVATE_H
+#define KVT_PRIVATE_H
+
+#include <limits.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <netinet/in.h>
+
+#include <rte_log.h>
+#include <rte_ring.h>
+#include <rte_mempool.h>
+
+#include "kvt.h"
+#include "kvt_pmd.h"
+
+extern int kvt_logtype;
+#define KVT_LOG(level, fmt, ...)					\
+	rte_log(RTE_LOG_ ## level, kvt_logtype, "kvt: " fmt "\n",	\
+		##__VA_ARGS__)
+
+#define KVT_MAX_LCORES 16
+#define KVT_MAX_PMD_ARGS 8
+#define KVT_BURST 32
+
+/* ------------------------------------------------------------------ */
+/* Options (options.c)                                                 */
+/* ------------------------------------------------------------------ */
+
+enum kvt_idle {
+	KVT_IDLE_SPIN,
+	KVT_IDLE_PAUSE,
+	KVT_IDLE_SLEEP,
+};
+
+struct kvt_opts {
+	char name[64];
+	char listen[64];
+	char secret[128];
+	char *pmd_args[KVT_MAX_PMD_ARGS];
+	unsigned int n_pmd_args;
+	char *nic;
+	enum kvt_idle idle;
+	uint32_t idle_us;
+	uint32_t slice;
+	unsigned int lcores[KVT_MAX_LCORES];
+	unsigned int n_lcores;
+	uint32_t timeout_ms;
+	uint32_t descs;
+	char *topo;
+	char *meta;
+	char cluster[64];
+};
+
+/*
+ * Parse kvt's options from argv[0..argc).  Stops at the first argument
+ * that is not a kvt option.  @return the number consumed, or -EINVAL with
+ * the reason in err.
+ */
+int kvt_opts_parse(struct kvt_opts *o, int argc, char **argv,
+		   char *err, size_t errlen);
+void kvt_opts_defaults(struct kvt_opts *o);
+void kvt_opts_free(struct kvt_opts *o);
+/* Parse "64K", "1M", "4096": @return 0 or -EINVAL. */
+int kvt_parse_size(const char *s, uint64_t *out);
+/* Parse "ip:port" ("host:port" resolves): @return 0 or -EINVAL. */
+int kvt_parse_addr(const char *s, struct sockaddr_in *sa);
+int kvt_parse_loc(const char *s, struct kvt_loc *loc);
+void kvt_loc_str(const struct kvt_loc *loc, char *buf, size_t len);
+
+/* ------------------------------------------------------------------ */
+/* RCU-style read sections (rcu.c)                                     */
+/* ------------------------------------------------------------------ */
+
+/*
+ * Readers enter and leave with two atomic operations and never wait;
+ * writers publish a new version, then kvt_rcu_synchronize() before they
+ * free the old one.
+ */
+unsigned int kvt_rcu_read_lock(void);
+void kvt_rcu_read_unlock(unsigned int token);
+void kvt_rcu_synchronize(void);
+
+/* ------------------------------------------------------------------ */
+/* Lcores and ports (lcore.c, port.c)                                  */
+/* ------------------------------------------------------------------ */
+
+struct kvt_lcore {
+	unsigned int id;
+	struct rte_ring *ring;
+	struct kvt_port *ports[KVT_MAX_PORTS];
+	unsigned int nports;
+	int tid;		/* thread id, for tests and tracing */
+	uint32_t stop;
+	uint32_t running;
+	struct kvt_desc *defer;	/* tail ops to run next iteration */
+	uint64_t loops;
+	uint64_t idle_loops;
+};
+
+/* Descriptor flags (kvt_desc.flags). */
+#define KVT_DF_EMBEDDED 0x01	/* not from the mempool */
+
+int kvt_ports_probe(void);
+int kvt_ports_assign(void);
+int kvt_ports_start(void);
+void kvt_ports_stop(void);
+void kvt_ports_remove(void);
+struct kvt_port *kvt_port_get(unsigned int id);
+int kvt_lcores_start(void);
+void kvt_lcores_stop(void);
+void kvt_lcores_free(void);
+/* Hand descriptors to their ports' lcores; @return how many were taken. */
+unsigned int kvt_lcore_enqueue(unsigned int lcore_idx, struct kvt_desc **d,
+			       unsigned int n);
+/* Lcore context: run a descriptor on this lcore's next iteration. */
+void kvt_lcore_defer(struct kvt_desc *d);
+struct kvt_lcore *kvt_lcore_of_port(const struct kvt_port *p);
+void kvt_desc_free(struct kvt_desc *d);
+/* Test hook: thread id of the lcore owning port 0's lcore index i. */
+int kvt_lcore_tid(unsigned int idx);
+
+/* ------------------------------------------------------------------ */
+/* Memory registry (mem.c)                                             */
+/* ------------------------------------------------------------------ */
+
+struct kvt_mem {
+	struct kvt_lmem lm;	/* first: transports see this part */
+	uint32_t magic;
+	uint64_t inflight;	/* local slices in flight */
+	uint64_t id;
+};
+
+/* Find the region holding [addr, addr+len) inside an RCU read section. */
+struct kvt_mem *kvt_mem_find(const void *addr, uint64_t len);
+int kvt_mem_init(void);
+void kvt_mem_fini(void);
+/* Snapshot of exported regions for a handshake (control path). */
+int kvt_mem_export_all(struct kvt_buf *out);
+int kvt_mem_export_one(const struct kvt_mem *m, struct kvt_buf *out);
+
+/* ------------------------------------------------------------------ */
+/* Handshake frames (wire.c)                                           */
+/* ------------------------------------------------------------------ */
+
+#define KVT_WIRE_MAGIC 0x4b565448u	/* "KVTH" */
+#define KVT_WIRE_VERSION 1
+#define KVT_WIRE_HDR 12
+#define KVT_WIRE_MAX_PREAUTH (64u << 10)
+#define KVT_WIRE_MAX (16u << 20)
+
+enum kvt_wire_type {
+	KVT_W_HELLO = 1,
+	KVT_W_WELCOME,
+	KVT_W_REFUSE,
+	KVT_W_CONN_REQ,
+	KVT_W_CONN_REP,
+	KVT_W_PING,
+	KVT_W_PONG,
+	KVT_W_REGION_ADD,
+	KVT_W_REGION_DEL,
+	KVT_W_BYE,
+	KVT_W_TYPE_MAX,
+};
+
+enum kvt_wire_tag {
+	KVT_T_NAME = 1,
+	KVT_T_SECRET,
+	KVT_T_HOST_ID,
+	KVT_T_PID,
+	KVT_T_ENDPOINT,		/* nested: PMD, PORT_NAME, PORT_ID, BLOB */
+	KVT_T_REGION,		/* nested: REGION fields, KEY* */
+	KVT_T_PMD,
+	KVT_T_PORT_NAME,
+	KVT_T_PORT_ID,
+	KVT_T_BLOB,
+	KVT_T_BASE,
+	KVT_T_LEN,
+	KVT_T_FLAGS,
+	KVT_T_LOC,
+	KVT_T_KEY,		/* nested: PORT_ID (exporter's), BLOB */
+	KVT_T_ERRNO,
+	KVT_T_REASON,
+	KVT_T_SEQ,
+	KVT_T_FENCE_SLOTS,
+	KVT_T_TAG_MAX,
+};
+
+struct kvt_wire_hdr {
+	uint32_t magic;
+	uint16_t version;
+	uint16_t type;
+	uint32_t len;		/* payload bytes */
+};
+
+/* A read cursor over a TLV payload; every read is bounds-checked. */
+struct kvt_tlv {
+	const uint8_t *p;
+	size_t left;
+};
+
+/* Start a frame of type in b (header patched by kvt_wire_end). */
+int kvt_wire_begin(struct kvt_buf *b, uint16_t type);
+int kvt_wire_end(struct kvt_buf *b);
+int kvt_wire_put(struct kvt_buf *b, uint16_t tag, const void *v, uint32_t len);
+int kvt_wire_put_u64(struct kvt_buf *b, uint16_t tag, uint64_t v);
+int kvt_wire_put_str(struct kvt_buf *b, uint16_t tag, const char *s);
+/* Open a nested TLV: returns the offset to pass to kvt_wire_close. */
+int kvt_wire_open(struct kvt_buf *b, uint16_t tag, size_t *mark);
+void kvt_wire_close(struct kvt_buf *b, size_t mark);
+/*
+ * Check a frame header: @return payload length, or -EPROTO (bad magic,
+ * version, type) / -EMSGSIZE (longer than max).
+ */
+int kvt_wire_check_hdr(const uint8_t *buf, uint32_t max, uint16_t *type);
+/* Next TLV: @return 1 with tag/val/len set, 0 at end, -EPROTO. */
+int kvt_tlv_next(struct kvt_tlv *t, uint16_t *tag, const uint8_t **val,
+		 uint32_t *len);
+int kvt_tlv_u64(const uint8_t *val, uint32_t len, uint64_t *out);
+int kvt_tlv_str(const uint8_t *val, uint32_t len, char *out, size_t outlen);
+
+/* Decoded handshake messages. */
+#define KVT_WIRE_MAX_EPS 64
+
+struct kvt_wire_ep {
+	char pmd[16];
+	struct kvt_endpoint ep;
+};
+
+struct kvt_wire_hello {
+	char name[64];
+	char secret[128];
+	int has_secret;
+	uint8_t host_id[32];
+	uint32_t pid;
+	/* WELCOME only */
+	unsigned int neps;
+	struct kvt_wire_ep eps[KVT_WIRE_MAX_EPS];
+	const uint8_t *regions;	/* raw REGION TLVs, decoded by peer.c */
+	size_t regions_len;
+};
+
+int kvt_wire_decode_hello(const uint8_t *p, size_t len,
+			  struct kvt_wire_hello *h);
+
+struct kvt_wire_region {
+	uint64_t base;
+	uint64_t len;
+	uint32_t flags;
+	uint32_t fence_slots;
+	struct kvt_loc loc;
+	unsigned int nkeys;
+	struct {
+		uint16_t port_id;
+		const uint8_t *blob;
+		uint32_t len;
+	} keys[KVT_MAX_PORTS];
+};
+
+int kvt_wire_decode_region(const uint8_t *p, size_t len,
+			   struct kvt_wire_region *r);
+int kvt_wire_encode_region(struct kvt_buf *b, const struct kvt_lmem *m,
+			   uint64_t fence_slots);
+
+/* Blocking helpers for the initiator with a deadline (control path). */
+int kvt_wire_send(int fd, const struct kvt_buf *b, uint64_t deadline_us);
+/* Receive one frame into b: @return type, or -ETIMEDOUT, -ECONNRESET,
+ * -EPROTO, -EMSGSIZE. */
+int kvt_wire_recv(int fd, struct kvt_buf *b, uint32_t max,
+		  uint64_t deadline_us);
+
+/* ------------------------------------------------------------------ */
+/* Peers, sessions, control thread (peer.c, ctl.c)                     */
+/* ------------------------------------------------------------------ */
+
+enum kvt_peer_state {
+	KVT_PEER_UP = 1,
+	KVT_PEER_DEAD,
+	KVT_PEER_CLOSED,
+};
+
+/* Imported regions of a peer: an immutable snapshot, replaced on change. */
+struct kvt_rtable {
+	unsigned int n;
+	struct kvt_rimp *r[];	/* sorted by base */
+};
+
+struct kvt_claims;
+
+/* One imported region, with its overlap claims. */
+struct kvt_rimp {
+	struct kvt_rmem rm;	/* first */
+	struct kvt_claims *claims;
+	uint64_t refs;		/* requests in flight using it */
+	struct kvt_rimp *retired_next;	/* unpublished while in use */
+};
+
+struct kvt_peer {
+	uint32_t magic;
+	char addr[128];		/* as opened */
+	struct kvt_peer_info info;
+	uint32_t state;		/* enum kvt_peer_state, atomic */
+	int err;		/* why it died */
+	uint64_t refs;		/* handle references */
+	uint64_t inflight;	/* submissions in flight */
+	int fd;			/* control connection */
+	uint64_t last_pong_us;
+	uint64_t last_ping_us;
+	struct kvt_conn *conn[KVT_MAX_PORTS];
+	uint32_t conn_mask;
+	struct kvt_rtable *rt;	/* RCU-protected */
+	struct kvt_rimp *retired;	/* released when the peer closes */
+	struct kvt_buf rx;	/* control thread's receive buffer */
+	struct kvt_peer_stats st;
+	struct kvt_peer *next;
+};
+
+/* Inbound session: a peer that opened us. */
+struct kvt_session {
+	int fd;
+	int authed;
+	struct kvt_peer_info info;
+	struct kvt_conn *conn[KVT_MAX_PORTS];
+	uint64_t opened_us;
+	uint64_t last_rx_us;
+	struct kvt_buf rx;
+	struct kvt_buf tx;
+	size_t tx_off;
+	struct kvt_session *next;
+};
+
+int kvt_ctl_start(void);
+void kvt_ctl_stop(void);
+/* Hand an opened peer's control connection to the control thread. */
+int kvt_ctl_adopt_peer(struct kvt_peer *p);
+/* Stop watching a peer's control connection (under ctl_lock). */
+void kvt_ctl_forget_peer(struct kvt_peer *p);
+/* Tell inbound sessions a region appeared or vanished. */
+void kvt_ctl_region_event(const struct kvt_mem *m, int added);
+/* Mark a peer lost: its connections are failed (control path). */
+void kvt_peer_lost(struct kvt_peer *p, int err);
+/* Apply a REGION_ADD/DEL from the peer (control thread). */
+int kvt_peer_region_update(struct kvt_peer *p, int add, const uint8_t *val,
+			   size_t len);
+void kvt_peers_close_all(void);
+struct kvt_rimp *kvt_peer_find_region(struct kvt_peer *p, uint64_t addr,
+				      uint64_t len);
+int kvt_peer_valid(const struct kvt_peer *p);
+/* Host identity: boot id and network namespace. */
+int kvt_host_id(uint8_t id[32]);
+void kvt_conn_set_dead(struct kvt_conn *c);
+
+/* ------------------------------------------------------------------ */
+/* Transfers (batch.c, stripe.c, overlap.c)                            */
+/* ------------------------------------------------------------------ */
+
+struct kvt_sub;
+struct kvt_batch;
+
+/* Overlap guard. */
+struct kvt_claims *kvt_claims_new(void);
+void kvt_claims_free(struct kvt_claims *c);
+
+struct kvt_range {
+	uint64_t lo;
+	uint64_t hi;		/* exclusive */
+	const struct kvt_rimp *ri;
+};
+
+struct kvt_claim {
+	struct kvt_claims *table;
+	int slot;
+	const struct kvt_range *r;
+	unsigned int n;
+};
+
+/* Claim sorted ranges r[0..n) of one region; @return 0 or -EBUSY. */
+int kvt_claim_take(struct kvt_claims *t, struct kvt_claim *c,
+		   const struct kvt_range *r, unsigned int n);
+void kvt_claim_drop(struct kvt_claim *c);
+
+/* Choose a port among mask for len bytes. */
+unsigned int kvt_stripe_pick(uint32_t mask, uint32_t len, uint64_t seq);
+void kvt_stripe_account(struct kvt_port *p, uint32_t len, uint64_t now_us);
+
+void kvt_batches_cancel_all(void);
+/* Free batches the application freed once their work settled. */
+void kvt_batches_reap_zombies(void);
+/* Lcore: 1 when a FENCE/NOTIFY must not run (its submission failed). */
+int kvt_desc_gate(struct kvt_desc *d);
+
+/* ------------------------------------------------------------------ */
+/* Notifications, fences, stats                                        */
+/* ------------------------------------------------------------------ */
+
+int kvt_notify_init(void);
+void kvt_notify_fini(void);
+struct kvt_inbox *kvt_inbox_local_new(void);
+void kvt_inbox_local_free(struct kvt_inbox *ib);
+int kvt_stats_init(void);
+
+/* ------------------------------------------------------------------ */
+/* The engine (engine.c)                                               */
+/* ------------------------------------------------------------------ */
+
+struct kvt_engine {
+	struct kvt_opts o;
+	struct kvt_pmd_env env;
+	int eal_owned;		/* kvt called rte_eal_init */
+	char runtime_dir[PATH_MAX];
+	struct rte_mempool *pool;
+
+	struct kvt_lcore lcores[KVT_MAX_LCORES];
+	unsigned int nlcores;
+	struct kvt_port *ports[KVT_MAX_PORTS];
+	unsigned int nports;
+	uint32_t lcores_running;
+
+	/* control thread */
+	pthread_t ctl_thread;
+	int ctl_running;
+	int listen_fd;
+	int ctl_wake[2];	/* pipe to wake the control thread */
+	struct sockaddr_in listen_addr;
+	char listen_str[64];
+	pthread_mutex_t ctl_lock;	/* peers and sessions lists */
+	struct kvt_peer *peers;
+	struct kvt_session *sessions;
+};
+
+extern struct kvt_engine *kvt_eng;
+
+/* Log a refusal, then return -err / set rte_errno. */
+#define KVT_REFUSE(err, fmt, ...)					\
+	(KVT_LOG(ERR, fmt, ##__VA_ARGS__), -(err))
+
+#endif /* KVT_PRIVATE_H */

@@ -1,0 +1,346 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * Worker lcores: each drains its descriptor ring in bursts, hands the
+ * descriptors to the ports it owns, polls those ports, and runs the tail
+ * operations (fences, notifications) that completions scheduled.  Nothing
+ * here allocates, locks or makes a system call in steady state; only the
+ * sleep idle policy sleeps, and only after the lcore has been idle a while.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <sys/syscall.h>
+
+#include <rte_cycles.h>
+#include <rte_errno.h>
+#include <rte_lcore.h>
+#include <rte_launch.h>
+#include <rte_pause.h>
+
+#include "kvt_private.h"
+
+/* Stay hot this long after the last work before the idle policy applies. */
+#define KVT_IDLE_GRACE_US 200
+
+static struct kvt_lcore *lcore_by_id[RTE_MAX_LCORE];
+
+struct kvt_call {
+	struct kvt_desc d;	/* first, so the desc leads to the call */
+	int (*fn)(struct kvt_port *, void *);
+	void *arg;
+	int ret;
+	uint32_t state;		/* CALL_* */
+};
+
+enum { CALL_PENDING, CALL_DONE, CALL_ABANDONED };
+
+struct kvt_lcore *
+kvt_lcore_of_port(const struct kvt_port *p)
+{
+	return lcore_by_id[p->lcore];
+}
+
+int
+kvt_lcore_tid(unsigned int idx)
+{
+	if (kvt_eng == NULL || idx >= kvt_eng->nlcores)
+		return -1;
+	return __atomic_load_n(&kvt_eng->lcores[idx].tid, __ATOMIC_ACQUIRE);
+}
+
+void
+kvt_desc_free(struct kvt_desc *d)
+{
+	if (!(d->flags & KVT_DF_EMBEDDED))
+		rte_mempool_put(kvt_eng->pool, d);
+}
+
+unsigned int
+kvt_lcore_enqueue(unsigned int lcore_id, struct kvt_desc **d, unsigned int n)
+{
+	struct kvt_lcore *lc = lcore_by_id[lcore_id];
+
+	return rte_ring_mp_enqueue_burst(lc->ring, (void **)d, n, NULL);
+}
+
+void
+kvt_lcore_defer(struct kvt_desc *d)
+{
+	struct kvt_lcore *lc = lcore_by_id[rte_lcore_id() % RTE_MAX_LCORE];
+
+	/* Off an lcore (shutdown paths) there is nobody to run it later. */
+	if (rte_lcore_id() == LCORE_ID_ANY || lc == NULL) {
+		kvt_desc_complete(d, -ECANCELED);
+		return;
+	}
+	d->next = lc->defer;
+	lc->defer = d;
+}
+
+static void
+run_call(struct kvt_desc *d)
+{
+	struct kvt_call *c = (struct kvt_call *)d;
+	uint32_t expect = CALL_PENDING;
+
+	c->ret = c->fn(kvt_port_get(d->port), c->arg);
+	if (!__atomic_compare_exchange_n(&c->state, &expect, CALL_DONE, false,
+					 __ATOMIC_RELEASE, __ATOMIC_ACQUIRE))
+		free(c);	/* the caller gave up waiting */
+}
+
+/* Calls, fences and notifications are handled one by one. */
+static inline int
+single(const struct kvt_desc *d)
+{
+	return d->op == KVT_DESC_CALL || d->op == KVT_DESC_FENCE ||
+		d->op == KVT_DESC_NOTIFY;
+}
+
+/* Hand a burst to the ports, in runs of descriptors for the same port. */
+static void
+dispatch(struct kvt_desc **d, unsigned int n)
+{
+	struct kvt_port *p;
+	unsigned int i = 0, j;
+
+	while (i < n) {
+		if (d[i]->op == KVT_DESC_CALL) {
+			run_call(d[i++]);
+			continue;
+		}
+		/* A fence or notification of a failed submission must not
+		 * reach the peer. */
+		if (single(d[i]) && kvt_desc_gate(d[i])) {
+			kvt_desc_complete(d[i++], -ECANCELED);
+			continue;
+		}
+		j = i + 1;
+		while (!single(d[i]) && j < n && d[j]->port == d[i]->port &&
+		       !single(d[j]))
+			j++;
+		p = kvt_eng->ports[d[i]->port];
+		p->pmd->ops->submit(p, &d[i], j - i);
+		i = j;
+	}
+}
+
+static unsigned int
+run_deferred(struct kvt_lcore *lc)
+{
+	struct kvt_desc *d = lc->defer, *next;
+	unsigned int n = 0;
+
+	lc->defer = NULL;
+	for (; d != NULL; d = next, n++) {
+		next = d->next;
+		dispatch(&d, 1);
+	}
+	return n;
+}
+
+static void
+idle_wait(const struct kvt_opts *o)
+{
+	struct timespec ts;
+
+	switch (o->idle) {
+	case KVT_IDLE_SPIN:
+		break;
+	case KVT_IDLE_PAUSE:
+		rte_pause();
+		break;
+	case KVT_IDLE_SLEEP:
+		ts.tv_sec = o->idle_us / 1000000;
+		ts.tv_nsec = (long)(o->idle_us % 1000000) * 1000;
+		nanosleep(&ts, NULL);
+		break;
+	}
+}
+
+static int
+lcore_main(void *arg)
+{
+	struct kvt_lcore *lc = arg;
+	const struct kvt_opts *o = &kvt_eng->o;
+	uint64_t grace = rte_get_tsc_hz() / 1000000 * KVT_IDLE_GRACE_US;
+	uint64_t last_work = rte_get_tsc_cycles();
+	struct kvt_desc *burst[KVT_BURST];
+	struct kvt_port *p;
+	unsigned int n, i, work;
+
+	__atomic_store_n(&lc->tid, (int)syscall(SYS_gettid), __ATOMIC_RELEASE);
+	__atomic_store_n(&lc->running, 1, __ATOMIC_RELEASE);
+	while (!__atomic_load_n(&lc->stop, __ATOMIC_ACQUIRE)) {
+		work = 0;
+		n = rte_ring_sc_dequeue_burst(lc->ring, (void **)burst,
+					      KVT_BURST, NULL);
+		if (n != 0) {
+			dispatch(burst, n);
+			work += n;
+		}
+		if (lc->defer != NULL)
+			work += run_deferred(lc);
+		for (i = 0; i < lc->nports; i++) {
+			p = lc->ports[i];
+			work += p->pmd->ops->poll(p);
+		}
+		lc->loops++;
+		if (work != 0) {
+			last_work = rte_get_tsc_cycles();
+			continue;
+		}
+		lc->idle_loops++;
+		if (rte_get_tsc_cycles() - last_work > grace)
+			idle_wait(o);
+	}
+	__atomic_store_n(&lc->running, 0, __ATOMIC_RELEASE);
+	return 0;
+}
+
+static int
+lcore_setup(struct kvt_lcore *lc)
+{
+	char name[RTE_RING_NAMESIZE];
+	unsigned int size = rte_align32pow2(kvt_eng->o.descs);
+
+	snprintf(name, sizeof(name), "kvt_ring_%u", lc->id);
+	lc->ring = rte_ring_create(name, size, (int)rte_lcore_to_socket_id(lc->id),
+				   RING_F_SC_DEQ);
+	if (lc->ring == NULL) {
+		KVT_LOG(ERR, "lcore %u: ring: %s", lc->id, rte_strerror(rte_errno));
+		return -rte_errno;
+	}
+	lcore_by_id[lc->id] = lc;
+	return 0;
+}
+
+int
+kvt_lcores_start(void)
+{
+	struct kvt_engine *e = kvt_eng;
+	struct kvt_lcore *lc;
+	unsigned int i;
+	int ret;
+
+	for (i = 0; i < e->nlcores; i++) {
+		ret = lcore_setup(&e->lcores[i]);
+		if (ret < 0)
+			return ret;
+	}
+	for (i = 0; i < e->nlcores; i++) {
+		lc = &e->lcores[i];
+		ret = rte_eal_remote_launch(lcore_main, lc, lc->id);
+		if (ret < 0) {
+			KVT_LOG(ERR, "lcore %u: launch failed: %s", lc->id,
+				strerror(-ret));
+			kvt_lcores_stop();
+			return ret;
+		}
+	}
+	for (i = 0; i < e->nlcores; i++)
+		while (!__atomic_load_n(&e->lcores[i].running, __ATOMIC_ACQUIRE))
+			rte_pause();
+	__atomic_store_n(&e->lcores_running, 1, __ATOMIC_RELEASE);
+	return 0;
+}
+
+/* Fail whatever is left in a stopped lcore's ring. */
+static void
+drain_ring(struct kvt_lcore *lc)
+{
+	struct kvt_desc *d;
+
+	while (rte_ring_sc_dequeue(lc->ring, (void **)&d) == 0) {
+		if (d->op == KVT_DESC_CALL)
+			run_call(d);
+		else
+			kvt_desc_complete(d, -ECANCELED);
+	}
+	while (lc->defer != NULL) {
+		d = lc->defer;
+		lc->defer = d->next;
+		kvt_desc_complete(d, -ECANCELED);
+	}
+}
+
+void
+kvt_lcores_stop(void)
+{
+	struct kvt_engine *e = kvt_eng;
+	struct kvt_lcore *lc;
+	unsigned int i;
+
+	__atomic_store_n(&e->lcores_running, 0, __ATOMIC_RELEASE);
+	for (i = 0; i < e->nlcores; i++)
+		__atomic_store_n(&e->lcores[i].stop, 1, __ATOMIC_RELEASE);
+	for (i = 0; i < e->nlcores; i++) {
+		lc = &e->lcores[i];
+		if (lc->ring == NULL)
+			continue;
+		rte_eal_wait_lcore(lc->id);
+		drain_ring(lc);
+	}
+}
+
+void
+kvt_lcores_free(void)
+{
+	struct kvt_engine *e = kvt_eng;
+	unsigned int i;
+
+	for (i = 0; i < e->nlcores; i++) {
+		lcore_by_id[e->lcores[i].id] = NULL;
+		rte_ring_free(e->lcores[i].ring);
+		e->lcores[i].ring = NULL;
+	}
+}
+
+int
+kvt_port_call(struct kvt_port *port, int (*fn)(struct kvt_port *, void *),
+	      void *arg, unsigned int timeout_ms)
+{
+	struct kvt_lcore *lc = kvt_lcore_of_port(port);
+	struct kvt_desc *d;
+	struct kvt_call *c;
+	uint32_t expect = CALL_PENDING;
+	uint64_t deadline;
+	int ret;
+
+	if (lc == NULL || !__atomic_load_n(&lc->running, __ATOMIC_ACQUIRE) ||
+	    rte_lcore_id() == port->lcore)
+		return fn(port, arg);
+	c = aligned_alloc(RTE_CACHE_LINE_SIZE, sizeof(*c));
+	if (c == NULL)
+		return -ENOMEM;
+	memset(c, 0, sizeof(*c));
+	c->d.op = KVT_DESC_CALL;
+	c->d.flags = KVT_DF_EMBEDDED;
+	c->d.port = port->id;
+	c->fn = fn;
+	c->arg = arg;
+	d = &c->d;
+	if (rte_ring_mp_enqueue(lc->ring, d) != 0) {
+		free(c);
+		return -ENOBUFS;
+	}
+	deadline = kvt_now_us() + (uint64_t)timeout_ms * 1000;
+	while (__atomic_load_n(&c->state, __ATOMIC_ACQUIRE) == CALL_PENDING) {
+		if (kvt_now_us() > deadline &&
+		    __atomic_compare_exchange_n(&c->state, &expect,
+						CALL_ABANDONED, false,
+						__ATOMIC_ACQ_REL,
+						__ATOMIC_ACQUIRE)) {
+			KVT_LOG(ERR, "port %s: lcore %u did not answer in %u ms",
+				port->name, port->lcore, timeout_ms);
+			return -ETIMEDOUT;
+		}
+		expect = CALL_PENDING;
+		usleep(10);
+	}
+	ret = c->ret;
+	free(c);
+	return ret;
+}

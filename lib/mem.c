@@ -1,0 +1,513 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * Memory: shareable allocations (kvt_mem_alloc) and the registry of
+ * regions transfers may use.
+ *
+ * The registry is a sorted array that submit searches without locking: a
+ * change builds a new array, publishes it, waits for readers of the old one
+ * (kvt_rcu_synchronize) and frees it.  Changes are rare control-path
+ * events, serialised by reg_lock.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <numa.h>
+#include <numaif.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+
+#include <rte_errno.h>
+
+#include "kvt_private.h"
+
+#define KVT_MEM_MAGIC 0x6b766d6du
+
+struct kvt_reg {
+	unsigned int n;
+	struct kvt_mem *m[];	/* sorted by address, disjoint */
+};
+
+struct kvt_alloc {
+	uint8_t *addr;
+	size_t len;
+	int fd;			/* memfd, -1 for device memory */
+	uint64_t ino;
+	struct kvt_loc loc;
+	const struct kvt_pmd *pmd;	/* device memory: who allocated it */
+	unsigned int regs;	/* registrations inside it */
+	struct kvt_alloc *next;
+};
+
+static struct kvt_reg *kvt_reg;	/* RCU-protected */
+static pthread_mutex_t reg_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct kvt_alloc *kvt_allocs;	/* under reg_lock */
+static uint64_t kvt_mem_ids;
+
+int
+kvt_mem_init(void)
+{
+	kvt_reg = calloc(1, sizeof(*kvt_reg));
+	return kvt_reg != NULL ? 0 : -ENOMEM;
+}
+
+static struct kvt_mem *
+reg_search(const struct kvt_reg *r, uintptr_t a, uint64_t len)
+{
+	unsigned int lo = 0, hi = r->n, mid;
+	struct kvt_mem *m;
+
+	while (lo < hi) {
+		mid = (lo + hi) / 2;
+		m = r->m[mid];
+		if (a < (uintptr_t)m->lm.addr)
+			hi = mid;
+		else if (a >= (uintptr_t)m->lm.addr + m->lm.len)
+			lo = mid + 1;
+		else
+			return len <= m->lm.len - (a - (uintptr_t)m->lm.addr) ?
+				m : NULL;
+	}
+	return NULL;
+}
+
+struct kvt_mem *
+kvt_mem_find(const void *addr, uint64_t len)
+{
+	const struct kvt_reg *r = __atomic_load_n(&kvt_reg, __ATOMIC_ACQUIRE);
+
+	if (r == NULL || len == 0)
+		return NULL;
+	return reg_search(r, (uintptr_t)addr, len);
+}
+
+/* Publish the registry with m added (add) or removed; under reg_lock. */
+static int
+reg_update(struct kvt_mem *m, int add)
+{
+	struct kvt_reg *old = kvt_reg, *r;
+	unsigned int i, j = 0;
+
+	r = malloc(sizeof(*r) + (old->n + 1) * sizeof(r->m[0]));
+	if (r == NULL)
+		return -ENOMEM;
+	for (i = 0; i < old->n; i++) {
+		if (add && j == i && m->lm.addr < old->m[i]->lm.addr)
+			r->m[j++] = m;
+		if (old->m[i] != m)
+			r->m[j++] = old->m[i];
+	}
+	if (add && j == old->n)
+		r->m[j++] = m;
+	r->n = j;
+	__atomic_store_n(&kvt_reg, r, __ATOMIC_RELEASE);
+	kvt_rcu_synchronize();
+	free(old);
+	return 0;
+}
+
+static struct kvt_alloc *
+alloc_find(const void *addr, size_t len)
+{
+	struct kvt_alloc *a;
+	uintptr_t p = (uintptr_t)addr;
+
+	for (a = kvt_allocs; a != NULL; a = a->next)
+		if (p >= (uintptr_t)a->addr && p - (uintptr_t)a->addr < a->len &&
+		    len <= a->len - (p - (uintptr_t)a->addr))
+			return a;
+	return NULL;
+}
+
+static int
+overlaps_registered(uintptr_t a, uint64_t len)
+{
+	unsigned int i;
+	struct kvt_mem *m;
+
+	for (i = 0; i < kvt_reg->n; i++) {
+		m = kvt_reg->m[i];
+		if (a < (uintptr_t)m->lm.addr + m->lm.len &&
+		    (uintptr_t)m->lm.addr < a + len)
+			return 1;
+	}
+	return 0;
+}
+
+/* Where does addr live?  Transports that own device memory say so. */
+static int
+mem_locate(void *addr, struct kvt_loc *loc)
+{
+	struct kvt_port *p;
+	unsigned int i;
+	int node = -1;
+
+	for (i = 0; i < kvt_port_count(); i++) {
+		p = kvt_port_get(i);
+		if (p->pmd->ops->mem_locate != NULL &&
+		    p->pmd->ops->mem_locate(addr, loc) == 0)
+			return 0;
+	}
+	loc->type = KVT_LOC_CPU;
+	if (get_mempolicy(&node, NULL, 0, addr, MPOL_F_NODE | MPOL_F_ADDR) != 0)
+		node = 0;
+	loc->id = (int16_t)RTE_MAX(node, 0);
+	return 0;
+}
+
+static void
+ports_unregister(struct kvt_mem *m)
+{
+	struct kvt_port *p;
+	unsigned int i;
+
+	for (i = 0; i < kvt_port_count(); i++) {
+		p = kvt_port_get(i);
+		if ((m->lm.port_mask & (1u << i)) && p->pmd->ops->mem_unregister)
+			p->pmd->ops->mem_unregister(p, &m->lm);
+	}
+	m->lm.port_mask = 0;
+}
+
+static int
+ports_register(struct kvt_mem *m)
+{
+	char loc[16];
+	struct kvt_port *p;
+	unsigned int i;
+	int ret;
+
+	for (i = 0; i < kvt_port_count(); i++) {
+		p = kvt_port_get(i);
+		if (p->pmd->ops->mem_register == NULL)
+			continue;
+		ret = p->pmd->ops->mem_register(p, &m->lm);
+		if (ret == -ENOTSUP)
+			continue;
+		if (ret < 0) {
+			KVT_LOG(ERR, "register %p+%" PRIu64 ": port %s refused: %s",
+				m->lm.addr, m->lm.len, p->name, strerror(-ret));
+			ports_unregister(m);
+			return ret;
+		}
+		m->lm.port_mask |= 1u << i;
+	}
+	if (m->lm.port_mask == 0) {
+		kvt_loc_str(&m->lm.loc, loc, sizeof(loc));
+		KVT_LOG(ERR, "register %p+%" PRIu64 ": no transport here moves %s memory",
+			m->lm.addr, m->lm.len, loc);
+		return -ENOTSUP;
+	}
+	return 0;
+}
+
+struct kvt_mem *
+kvt_mem_register_flags(void *addr, size_t len, const char *locs, uint32_t flags)
+{
+	struct kvt_alloc *a;
+	struct kvt_mem *m;
+	struct kvt_loc loc;
+	int ret;
+
+	if (kvt_eng == NULL) {
+		rte_errno = ENODEV;
+		return NULL;
+	}
+	if (addr == NULL || len == 0 ||
+	    (uintptr_t)addr + len < (uintptr_t)addr ||
+	    (flags & ~(KVT_MEM_REMOTE_READ | KVT_MEM_REMOTE_WRITE |
+		       KVT_MEM_F_FENCE)) != 0) {
+		KVT_LOG(ERR, "register %p+%zu flags %#x: invalid", addr, len, flags);
+		rte_errno = EINVAL;
+		return NULL;
+	}
+	if (locs != NULL && kvt_parse_loc(locs, &loc) < 0) {
+		KVT_LOG(ERR, "register %p: bad location '%s' (cpu:N or cuda:N)",
+			addr, locs);
+		rte_errno = EINVAL;
+		return NULL;
+	}
+	m = calloc(1, sizeof(*m));
+	if (m == NULL) {
+		rte_errno = ENOMEM;
+		return NULL;
+	}
+	m->magic = KVT_MEM_MAGIC;
+	m->lm.addr = addr;
+	m->lm.len = len;
+	m->lm.flags = flags;
+	m->lm.fd = -1;
+	if (locs == NULL)
+		mem_locate(addr, &loc);
+	m->lm.loc = loc;
+
+	pthread_mutex_lock(&reg_lock);
+	if (overlaps_registered((uintptr_t)addr, len)) {
+		KVT_LOG(ERR, "register %p+%zu: overlaps a registered region",
+			addr, len);
+		ret = -EEXIST;
+		goto unlock;
+	}
+	a = alloc_find(addr, len);
+	if (a != NULL && a->fd >= 0) {
+		m->lm.fd = a->fd;
+		m->lm.fd_off = (uint64_t)((uint8_t *)addr - a->addr);
+		m->lm.fd_ino = a->ino;
+	}
+	ret = ports_register(m);
+	if (ret < 0)
+		goto unlock;
+	ret = reg_update(m, 1);
+	if (ret < 0)
+		goto unregister;
+	if (a != NULL)
+		a->regs++;
+	m->id = ++kvt_mem_ids;
+	pthread_mutex_unlock(&reg_lock);
+	if (flags & (KVT_MEM_REMOTE_READ | KVT_MEM_REMOTE_WRITE))
+		kvt_ctl_region_event(m, 1);
+	return m;
+
+unregister:
+	ports_unregister(m);
+unlock:
+	pthread_mutex_unlock(&reg_lock);
+	free(m);
+	rte_errno = -ret;
+	return NULL;
+}
+
+struct kvt_mem *
+kvt_mem_register(void *addr, size_t len, const char *loc, uint32_t flags)
+{
+	if (flags & KVT_MEM_F_FENCE) {
+		rte_errno = EINVAL;
+		return NULL;
+	}
+	return kvt_mem_register_flags(addr, len, loc, flags);
+}
+
+static int
+registered(const struct kvt_mem *m)
+{
+	unsigned int i;
+
+	for (i = 0; i < kvt_reg->n; i++)
+		if (kvt_reg->m[i] == m)
+			return 1;
+	return 0;
+}
+
+int
+kvt_mem_unregister(struct kvt_mem *m)
+{
+	struct kvt_alloc *a;
+	int ret;
+
+	if (kvt_eng == NULL)
+		return -ENODEV;
+	pthread_mutex_lock(&reg_lock);
+	if (m == NULL || !registered(m)) {
+		pthread_mutex_unlock(&reg_lock);
+		return -EINVAL;
+	}
+	/* Unpublish first: once readers of the old registry are gone, no
+	 * submit can start using m, and the in-flight count is final. */
+	ret = reg_update(m, 0);
+	if (ret == 0 && __atomic_load_n(&m->inflight, __ATOMIC_ACQUIRE) != 0) {
+		reg_update(m, 1);
+		KVT_LOG(ERR, "unregister %p: transfers in flight", m->lm.addr);
+		ret = -EBUSY;
+	}
+	if (ret < 0) {
+		pthread_mutex_unlock(&reg_lock);
+		return ret;
+	}
+	a = alloc_find(m->lm.addr, m->lm.len);
+	if (a != NULL)
+		a->regs--;
+	pthread_mutex_unlock(&reg_lock);
+	if (m->lm.flags & (KVT_MEM_REMOTE_READ | KVT_MEM_REMOTE_WRITE))
+		kvt_ctl_region_event(m, 0);
+	ports_unregister(m);
+	m->magic = 0;
+	free(m);
+	return 0;
+}
+
+int
+kvt_mem_export_one(const struct kvt_mem *m, struct kvt_buf *out)
+{
+	return kvt_wire_encode_region(out, &m->lm,
+				      (m->lm.flags & KVT_MEM_F_FENCE) ?
+				      m->lm.len / 8 : 0);
+}
+
+int
+kvt_mem_export_all(struct kvt_buf *out)
+{
+	const struct kvt_reg *r;
+	unsigned int i;
+	int ret = 0;
+
+	/* The registry lock keeps regions alive while their keys are read. */
+	pthread_mutex_lock(&reg_lock);
+	r = kvt_reg;
+	for (i = 0; i < r->n && ret == 0; i++)
+		if (r->m[i]->lm.flags & (KVT_MEM_REMOTE_READ | KVT_MEM_REMOTE_WRITE))
+			ret = kvt_mem_export_one(r->m[i], out);
+	pthread_mutex_unlock(&reg_lock);
+	return ret;
+}
+
+void
+kvt_mem_fini(void)
+{
+	struct kvt_reg *r;
+	unsigned int i;
+
+	pthread_mutex_lock(&reg_lock);
+	r = kvt_reg;
+	kvt_reg = NULL;
+	pthread_mutex_unlock(&reg_lock);
+	if (r == NULL)
+		return;
+	kvt_rcu_synchronize();
+	for (i = 0; i < r->n; i++) {
+		ports_unregister(r->m[i]);
+		r->m[i]->magic = 0;
+		free(r->m[i]);
+	}
+	free(r);
+}
+
+/* ---- shareable allocations ---- */
+
+static int
+host_alloc(struct kvt_alloc *a, int node)
+{
+	struct stat st;
+	char name[32];
+	void *p;
+
+	snprintf(name, sizeof(name), "kvt-%d", (int)getpid());
+	a->fd = memfd_create(name, MFD_CLOEXEC);
+	if (a->fd < 0)
+		return -errno;
+	if (ftruncate(a->fd, (off_t)a->len) != 0 || fstat(a->fd, &st) != 0)
+		goto close_fd;
+	a->ino = st.st_ino;
+	p = mmap(NULL, a->len, PROT_READ | PROT_WRITE, MAP_SHARED, a->fd, 0);
+	if (p == MAP_FAILED)
+		goto close_fd;
+	a->addr = p;
+	if (numa_available() >= 0 && node <= numa_max_node())
+		numa_tonode_memory(p, a->len, node);
+	return 0;
+
+close_fd:
+	close(a->fd);
+	return -ENOMEM;
+}
+
+/* Device memory comes from the first transport that owns the location. */
+static int
+device_alloc(struct kvt_alloc *a)
+{
+	struct kvt_port *p;
+	unsigned int i;
+	int ret;
+
+	for (i = 0; i < kvt_port_count(); i++) {
+		p = kvt_port_get(i);
+		if (p->pmd->ops->mem_alloc == NULL)
+			continue;
+		ret = p->pmd->ops->mem_alloc(&a->loc, a->len, (void **)&a->addr);
+		if (ret == -ENOTSUP)
+			continue;
+		if (ret == 0)
+			a->pmd = p->pmd;
+		return ret;
+	}
+	return -ENODEV;
+}
+
+void *
+kvt_mem_alloc(size_t len, const char *locs)
+{
+	struct kvt_alloc *a;
+	struct kvt_loc loc;
+	long pg = sysconf(_SC_PAGESIZE);
+	int ret;
+
+	if (kvt_eng == NULL) {
+		rte_errno = ENODEV;
+		return NULL;
+	}
+	if (len == 0 || len > (1ull << 46) ||
+	    (locs != NULL && kvt_parse_loc(locs, &loc) < 0)) {
+		KVT_LOG(ERR, "alloc %zu at '%s': invalid", len, locs ? locs : "");
+		rte_errno = EINVAL;
+		return NULL;
+	}
+	if (locs == NULL) {
+		loc.type = KVT_LOC_CPU;
+		loc.id = 0;
+	}
+	a = calloc(1, sizeof(*a));
+	if (a == NULL) {
+		rte_errno = ENOMEM;
+		return NULL;
+	}
+	a->len = RTE_ALIGN_CEIL(len, (size_t)pg);
+	a->loc = loc;
+	a->fd = -1;
+	if (loc.type == KVT_LOC_CPU) {
+		ret = host_alloc(a, loc.id);
+	} else {
+		ret = device_alloc(a);
+	}
+	if (ret < 0) {
+		KVT_LOG(ERR, "alloc %zu at %s: %s", len, locs ? locs : "cpu:0",
+			strerror(-ret));
+		free(a);
+		rte_errno = -ret;
+		return NULL;
+	}
+	pthread_mutex_lock(&reg_lock);
+	a->next = kvt_allocs;
+	kvt_allocs = a;
+	pthread_mutex_unlock(&reg_lock);
+	return a->addr;
+}
+
+int
+kvt_mem_free(void *addr)
+{
+	struct kvt_alloc **pp, *a;
+
+	/* Allocations outlive the engine: freeing needs no engine. */
+	pthread_mutex_lock(&reg_lock);
+	for (pp = &kvt_allocs; *pp != NULL; pp = &(*pp)->next)
+		if ((*pp)->addr == addr)
+			break;
+	a = *pp;
+	if (a == NULL || a->regs != 0) {
+		pthread_mutex_unlock(&reg_lock);
+		if (a != NULL)
+			KVT_LOG(ERR, "free %p: still registered", addr);
+		return a == NULL ? -EINVAL : -EBUSY;
+	}
+	*pp = a->next;
+	pthread_mutex_unlock(&reg_lock);
+	if (a->fd >= 0) {
+		munmap(a->addr, a->len);
+		close(a->fd);
+	} else {
+		a->pmd->ops->mem_free(&a->loc, a->addr, a->len);
+	}
+	free(a);
+	return 0;
+}

@@ -1,0 +1,691 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * Peers we open: the initiator side of the handshake, the connections
+ * each port makes to the peer, and the peer's exported regions as we
+ * imported them.
+ *
+ * Handshake (all frames length-prefixed, see wire.c):
+ *   HELLO    ->             name, secret, host id, pid
+ *            <- WELCOME     name, host id, pid, endpoints, regions
+ *                 (or REFUSE with an errno and a reason)
+ *   CONN_REQ ->             per local port that reaches one of its
+ *            <- CONN_REP    endpoints: PMD blobs both ways
+ * After that the control thread owns the socket: pings, region updates.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <poll.h>
+#include <unistd.h>
+#include <arpa/inet.h>
+#include <netinet/tcp.h>
+
+#include <rte_errno.h>
+
+#include "kvt_private.h"
+
+#define KVT_PEER_MAGIC 0x6b767065u
+
+int
+kvt_peer_valid(const struct kvt_peer *p)
+{
+	return p != NULL && p->magic == KVT_PEER_MAGIC;
+}
+
+void
+kvt_conn_set_dead(struct kvt_conn *c)
+{
+	__atomic_store_n(&c->dead, 1, __ATOMIC_RELEASE);
+}
+
+void
+kvt_peer_lost(struct kvt_peer *p, int err)
+{
+	uint32_t up = KVT_PEER_UP;
+	unsigned int i;
+
+	if (!__atomic_compare_exchange_n(&p->state, &up, KVT_PEER_DEAD, false,
+					 __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+		return;
+	p->err = err;
+	for (i = 0; i < KVT_MAX_PORTS; i++)
+		if (p->conn[i] != NULL)
+			kvt_conn_set_dead(p->conn[i]);
+	KVT_LOG(ERR, "peer %s (%s) lost: %s", p->info.name, p->addr,
+		strerror(-err));
+}
+
+/* ---- imported regions ---- */
+
+static int
+rimp_cmp(const void *a, const void *b)
+{
+	const struct kvt_rimp *x = *(struct kvt_rimp *const *)a;
+	const struct kvt_rimp *y = *(struct kvt_rimp *const *)b;
+
+	return x->rm.base < y->rm.base ? -1 : x->rm.base > y->rm.base;
+}
+
+static void
+rimp_release(struct kvt_peer *p, struct kvt_rimp *ri)
+{
+	struct kvt_conn *c;
+	unsigned int i;
+
+	for (i = 0; i < KVT_MAX_PORTS; i++) {
+		c = p->conn[i];
+		if (c != NULL && (ri->rm.port_mask & (1u << i)) &&
+		    c->port->pmd->ops->rmem_release != NULL)
+			c->port->pmd->ops->rmem_release(c, &ri->rm);
+	}
+	kvt_claims_free(ri->claims);
+	free(ri);
+}
+
+static struct kvt_rimp *
+rimp_import(struct kvt_peer *p, const uint8_t *val, size_t len)
+{
+	struct kvt_wire_region wr;
+	struct kvt_rimp *ri;
+	struct kvt_conn *c;
+	unsigned int i, k;
+	int ret;
+
+	if (kvt_wire_decode_region(val, len, &wr) < 0) {
+		KVT_LOG(ERR, "peer %s: malformed region", p->info.name);
+		return NULL;
+	}
+	ri = calloc(1, sizeof(*ri));
+	if (ri == NULL)
+		return NULL;
+	ri->claims = kvt_claims_new();
+	if (ri->claims == NULL) {
+		free(ri);
+		return NULL;
+	}
+	ri->rm.base = wr.base;
+	ri->rm.len = wr.len;
+	ri->rm.flags = wr.flags;
+	ri->rm.fence_slots = wr.fence_slots;
+	ri->rm.loc = wr.loc;
+	for (i = 0; i < KVT_MAX_PORTS; i++) {
+		c = p->conn[i];
+		if (c == NULL || c->port->pmd->ops->rmem_import == NULL)
+			continue;
+		for (k = 0; k < wr.nkeys; k++) {
+			if (wr.keys[k].port_id != c->remote_port)
+				continue;
+			ret = c->port->pmd->ops->rmem_import(c, &ri->rm,
+							     wr.keys[k].blob,
+							     wr.keys[k].len);
+			if (ret == 0)
+				ri->rm.port_mask |= 1u << i;
+			else if (ret != -ENOTSUP)
+				KVT_LOG(WARNING, "peer %s: region %#" PRIx64 " not reachable through %s: %s",
+					p->info.name, wr.base, c->port->name,
+					strerror(-ret));
+			break;
+		}
+	}
+	return ri;
+}
+
+/* Publish a new region table for p; the old one is freed after readers. */
+static void
+rtable_publish(struct kvt_peer *p, struct kvt_rtable *nt)
+{
+	struct kvt_rtable *old = p->rt;
+
+	qsort(nt->r, nt->n, sizeof(nt->r[0]), rimp_cmp);
+	__atomic_store_n(&p->rt, nt, __ATOMIC_RELEASE);
+	kvt_rcu_synchronize();
+	free(old);
+}
+
+static struct kvt_rtable *
+rtable_new(unsigned int n)
+{
+	struct kvt_rtable *t = malloc(sizeof(*t) + n * sizeof(t->r[0]));
+
+	if (t != NULL)
+		t->n = 0;
+	return t;
+}
+
+int
+kvt_peer_region_update(struct kvt_peer *p, int add, const uint8_t *val,
+		       size_t len)
+{
+	struct kvt_rtable *old = p->rt, *nt;
+	struct kvt_rimp *ri = NULL, *gone = NULL;
+	struct kvt_tlv t = { val, len };
+	const uint8_t *v;
+	uint64_t base;
+	uint32_t l;
+	uint16_t tag;
+	unsigned int i;
+
+	if (kvt_tlv_next(&t, &tag, &v, &l) <= 0)
+		return -EPROTO;
+	if (add) {
+		if (tag != KVT_T_REGION)
+			return -EPROTO;
+		ri = rimp_import(p, v, l);
+		if (ri == NULL)
+			return -EPROTO;
+		base = ri->rm.base;
+	} else if (tag != KVT_T_BASE || kvt_tlv_u64(v, l, &base) < 0) {
+		return -EPROTO;
+	}
+	nt = rtable_new(old->n + 1);
+	if (nt == NULL) {
+		if (ri != NULL)
+			rimp_release(p, ri);
+		return -ENOMEM;
+	}
+	for (i = 0; i < old->n; i++) {
+		/* A region announced twice (it raced the WELCOME) replaces
+		 * nothing: the first import stays. */
+		if (old->r[i]->rm.base == base) {
+			if (add) {
+				rimp_release(p, ri);
+				ri = NULL;
+			} else {
+				gone = old->r[i];
+				continue;
+			}
+		}
+		nt->r[nt->n++] = old->r[i];
+	}
+	if (ri != NULL)
+		nt->r[nt->n++] = ri;
+	rtable_publish(p, nt);
+	if (gone != NULL) {
+		/* Submissions hold regions by reference; keep it until the
+		 * peer closes when some still use it. */
+		if (__atomic_load_n(&gone->refs, __ATOMIC_ACQUIRE) == 0) {
+			rimp_release(p, gone);
+		} else {
+			gone->retired_next = p->retired;
+			p->retired = gone;
+		}
+	}
+	return 0;
+}
+
+struct kvt_rimp *
+kvt_peer_find_region(struct kvt_peer *p, uint64_t addr, uint64_t len)
+{
+	const struct kvt_rtable *t = __atomic_load_n(&p->rt, __ATOMIC_ACQUIRE);
+	unsigned int lo = 0, hi = t->n, mid;
+	struct kvt_rimp *ri;
+
+	while (lo < hi) {
+		mid = (lo + hi) / 2;
+		ri = t->r[mid];
+		if (addr < ri->rm.base)
+			hi = mid;
+		else if (addr - ri->rm.base >= ri->rm.len)
+			lo = mid + 1;
+		else
+			return len <= ri->rm.len - (addr - ri->rm.base) ? ri : NULL;
+	}
+	return NULL;
+}
+
+/* ---- the handshake ---- */
+
+static int
+connect_to(const struct sockaddr_in *sa, uint64_t deadline)
+{
+	struct pollfd pfd;
+	socklen_t sl = sizeof(int);
+	int fd, err = 0, one = 1, ret;
+	uint64_t now;
+
+	fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	if (fd < 0)
+		return -errno;
+	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	if (connect(fd, (const struct sockaddr *)sa, sizeof(*sa)) != 0 &&
+	    errno != EINPROGRESS) {
+		err = errno;
+		goto fail;
+	}
+	pfd.fd = fd;
+	pfd.events = POLLOUT;
+	for (;;) {
+		now = kvt_now_us();
+		if (now >= deadline) {
+			err = ETIMEDOUT;
+			goto fail;
+		}
+		ret = poll(&pfd, 1, (int)((deadline - now + 999) / 1000));
+		if (ret > 0)
+			break;
+		if (ret < 0 && errno != EINTR) {
+			err = errno;
+			goto fail;
+		}
+	}
+	getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &sl);
+	if (err != 0)
+		goto fail;
+	return fd;
+fail:
+	close(fd);
+	return -err;
+}
+
+static int
+send_hello(int fd, uint64_t deadline)
+{
+	struct kvt_engine *e = kvt_eng;
+	struct kvt_buf b = { 0 };
+	int ret;
+
+	ret = kvt_wire_begin(&b, KVT_W_HELLO);
+	ret |= kvt_wire_put_str(&b, KVT_T_NAME, e->o.name);
+	if (e->o.secret[0] != '\0')
+		ret |= kvt_wire_put_str(&b, KVT_T_SECRET, e->o.secret);
+	ret |= kvt_wire_put(&b, KVT_T_HOST_ID, e->env.host_id,
+			    sizeof(e->env.host_id));
+	ret |= kvt_wire_put_u64(&b, KVT_T_PID, (uint64_t)getpid());
+	ret |= kvt_wire_end(&b);
+	ret = ret != 0 ? -ENOMEM : kvt_wire_send(fd, &b, deadline);
+	kvt_buf_free(&b);
+	return ret;
+}
+
+/* Turn a REFUSE frame into an errno, logging the peer's reason. */
+static int
+refused(const char *addr, const uint8_t *p, size_t len)
+{
+	struct kvt_tlv t = { p, len };
+	char reason[256] = "no reason given";
+	const uint8_t *v;
+	uint64_t err = EPROTO;
+	uint32_t l;
+	uint16_t tag;
+
+	while (kvt_tlv_next(&t, &tag, &v, &l) > 0) {
+		if (tag == KVT_T_ERRNO)
+			kvt_tlv_u64(v, l, &err);
+		else if (tag == KVT_T_REASON)
+			kvt_tlv_str(v, l, reason, sizeof(reason));
+	}
+	KVT_LOG(ERR, "peer %s refused us: %s", addr, reason);
+	return err == EACCES ? -EACCES : -EPROTO;
+}
+
+/* One CONN_REQ / CONN_REP round trip for local port `port`. */
+static int
+connect_port(struct kvt_peer *p, struct kvt_port *port,
+	     const struct kvt_wire_hello *w, struct kvt_buf *b,
+	     uint64_t deadline)
+{
+	struct kvt_endpoint eps[KVT_WIRE_MAX_EPS];
+	struct kvt_buf req = { 0 };
+	struct kvt_conn *c = NULL;
+	const uint8_t *blob = NULL;
+	uint64_t err = 0;
+	uint32_t blen = 0, l;
+	const uint8_t *v;
+	struct kvt_tlv t;
+	unsigned int i, n = 0;
+	uint16_t tag;
+	int ret;
+
+	for (i = 0; i < w->neps; i++)
+		if (strcmp(w->eps[i].pmd, port->pmd->name) == 0)
+			eps[n++] = w->eps[i].ep;
+	if (n == 0 || port->pmd->ops->conn_open == NULL)
+		return -ENOTSUP;
+	ret = port->pmd->ops->conn_open(port, &p->info, eps, n, &req, &c);
+	if (ret < 0)
+		goto out;
+	c->port = port;
+	c->info = p->info;
+	ret = kvt_wire_begin(b, KVT_W_CONN_REQ);
+	ret |= kvt_wire_put_u64(b, KVT_T_PORT_ID, c->remote_port);
+	ret |= kvt_wire_put(b, KVT_T_BLOB, req.data, (uint32_t)req.len);
+	ret |= kvt_wire_end(b);
+	ret = ret != 0 ? -ENOMEM : kvt_wire_send(p->fd, b, deadline);
+	if (ret == 0)
+		ret = kvt_wire_recv(p->fd, b, KVT_WIRE_MAX, deadline);
+	if (ret >= 0 && ret != KVT_W_CONN_REP)
+		ret = -EPROTO;
+	if (ret < 0)
+		goto close_conn;
+	t.p = b->data + KVT_WIRE_HDR;
+	t.left = b->len - KVT_WIRE_HDR;
+	while (kvt_tlv_next(&t, &tag, &v, &l) > 0) {
+		if (tag == KVT_T_ERRNO)
+			kvt_tlv_u64(v, l, &err);
+		else if (tag == KVT_T_BLOB) {
+			blob = v;
+			blen = l;
+		}
+	}
+	if (err != 0 || blob == NULL) {
+		ret = err != 0 ? -(int)RTE_MIN(err, 4095ull) : -EPROTO;
+		goto close_conn;
+	}
+	ret = port->pmd->ops->conn_ready != NULL ?
+		port->pmd->ops->conn_ready(c, blob, blen) : 0;
+	if (ret < 0)
+		goto close_conn;
+	p->conn[port->id] = c;
+	p->conn_mask |= 1u << port->id;
+	goto out;
+
+close_conn:
+	port->pmd->ops->conn_close(c);
+out:
+	kvt_buf_free(&req);
+	return ret;
+}
+
+static int
+import_regions(struct kvt_peer *p, const struct kvt_wire_hello *w)
+{
+	struct kvt_tlv t = { w->regions, w->regions_len };
+	struct kvt_rtable *rt;
+	struct kvt_rimp *ri;
+	const uint8_t *v;
+	unsigned int cap = 16;
+	uint32_t l;
+	uint16_t tag;
+
+	rt = rtable_new(cap);
+	if (rt == NULL)
+		return -ENOMEM;
+	p->rt = rt;
+	while (kvt_tlv_next(&t, &tag, &v, &l) > 0) {
+		ri = rimp_import(p, v, l);
+		if (ri == NULL)
+			return -EPROTO;
+		if (rt->n == cap) {
+			cap *= 2;
+			rt = realloc(rt, sizeof(*rt) + cap * sizeof(rt->r[0]));
+			if (rt == NULL) {
+				rimp_release(p, ri);
+				return -ENOMEM;
+			}
+			p->rt = rt;
+		}
+		rt->r[rt->n++] = ri;
+	}
+	qsort(rt->r, rt->n, sizeof(rt->r[0]), rimp_cmp);
+	return 0;
+}
+
+static void
+peer_free(struct kvt_peer *p)
+{
+	struct kvt_conn *c;
+	unsigned int i;
+
+	if (p->rt != NULL) {
+		for (i = 0; i < p->rt->n; i++)
+			rimp_release(p, p->rt->r[i]);
+		free(p->rt);
+	}
+	while (p->retired != NULL) {
+		struct kvt_rimp *ri = p->retired;
+
+		p->retired = ri->retired_next;
+		rimp_release(p, ri);
+	}
+	for (i = 0; i < KVT_MAX_PORTS; i++) {
+		c = p->conn[i];
+		if (c == NULL)
+			continue;
+		kvt_conn_set_dead(c);
+		c->port->pmd->ops->conn_close(c);
+	}
+	if (p->fd >= 0)
+		close(p->fd);
+	kvt_buf_free(&p->rx);
+	p->magic = 0;
+	free(p);
+}
+
+static int
+handshake(struct kvt_peer *p, uint64_t deadline)
+{
+	struct kvt_wire_hello *w;
+	struct kvt_buf b = { 0 };
+	unsigned int i;
+	int ret;
+
+	w = malloc(sizeof(*w));
+	if (w == NULL)
+		return -ENOMEM;
+	ret = send_hello(p->fd, deadline);
+	if (ret == 0)
+		ret = kvt_wire_recv(p->fd, &b, KVT_WIRE_MAX, deadline);
+	if (ret == KVT_W_REFUSE) {
+		ret = refused(p->addr, b.data + KVT_WIRE_HDR, b.len - KVT_WIRE_HDR);
+		goto out;
+	}
+	if (ret >= 0 && ret != KVT_W_WELCOME)
+		ret = -EPROTO;
+	if (ret >= 0)
+		ret = kvt_wire_decode_hello(b.data + KVT_WIRE_HDR,
+					    b.len - KVT_WIRE_HDR, w);
+	if (ret < 0)
+		goto out;
+	if (kvt_eng->o.secret[0] != '\0' &&
+	    (!w->has_secret || strcmp(w->secret, kvt_eng->o.secret) != 0)) {
+		KVT_LOG(ERR, "peer %s did not prove the shared secret", p->addr);
+		ret = -EACCES;
+		goto out;
+	}
+	snprintf(p->info.name, sizeof(p->info.name), "%s", w->name);
+	memcpy(p->info.host_id, w->host_id, sizeof(p->info.host_id));
+	p->info.pid = w->pid;
+	p->info.same_host = memcmp(w->host_id, kvt_eng->env.host_id,
+				   sizeof(w->host_id)) == 0;
+	for (i = 0; i < kvt_port_count(); i++) {
+		ret = connect_port(p, kvt_port_get(i), w, &b, deadline);
+		if (ret < 0 && ret != -ENOTSUP)
+			KVT_LOG(WARNING, "peer %s: port %s cannot connect: %s",
+				p->addr, kvt_port_get(i)->name, strerror(-ret));
+		if (ret == -ETIMEDOUT || ret == -ECONNRESET)
+			goto out;
+	}
+	ret = import_regions(p, w);
+	if (ret == 0 && p->conn_mask == 0) {
+		KVT_LOG(ERR, "peer %s: no transport reaches it", p->addr);
+		ret = -EHOSTUNREACH;
+	}
+out:
+	kvt_buf_free(&b);
+	free(w);
+	return ret;
+}
+
+static struct kvt_peer *
+cached(const char *addr)
+{
+	struct kvt_peer *p;
+
+	for (p = kvt_eng->peers; p != NULL; p = p->next) {
+		if (strcmp(p->addr, addr) == 0 &&
+		    __atomic_load_n(&p->state, __ATOMIC_ACQUIRE) == KVT_PEER_UP) {
+			__atomic_fetch_add(&p->refs, 1, __ATOMIC_RELAXED);
+			return p;
+		}
+	}
+	return NULL;
+}
+
+struct kvt_peer *
+kvt_peer_open(const char *addr, unsigned int timeout_ms)
+{
+	struct sockaddr_in sa;
+	struct kvt_peer *p;
+	uint64_t deadline;
+	int ret;
+
+	if (kvt_eng == NULL) {
+		rte_errno = ENODEV;
+		return NULL;
+	}
+	if (addr == NULL || strlen(addr) >= sizeof(p->addr) ||
+	    kvt_parse_addr(addr, &sa) < 0 || sa.sin_port == 0) {
+		KVT_LOG(ERR, "peer address '%s': expected host:port",
+			addr ? addr : "(null)");
+		rte_errno = EINVAL;
+		return NULL;
+	}
+	pthread_mutex_lock(&kvt_eng->ctl_lock);
+	p = cached(addr);
+	pthread_mutex_unlock(&kvt_eng->ctl_lock);
+	if (p != NULL)
+		return p;
+	p = calloc(1, sizeof(*p));
+	if (p == NULL) {
+		rte_errno = ENOMEM;
+		return NULL;
+	}
+	p->magic = KVT_PEER_MAGIC;
+	p->refs = 1;
+	p->state = KVT_PEER_UP;
+	strcpy(p->addr, addr);
+	memcpy(&p->info.ctl_addr, &sa, sizeof(sa));
+	deadline = kvt_now_us() +
+		(uint64_t)(timeout_ms ? timeout_ms : kvt_eng->o.timeout_ms) * 1000;
+	p->fd = connect_to(&sa, deadline);
+	if (p->fd < 0) {
+		ret = p->fd;
+		KVT_LOG(ERR, "peer %s: cannot connect: %s", addr, strerror(-ret));
+		goto free_peer;
+	}
+	ret = handshake(p, deadline);
+	if (ret < 0) {
+		KVT_LOG(ERR, "peer %s: handshake failed: %s", addr, strerror(-ret));
+		goto free_peer;
+	}
+	pthread_mutex_lock(&kvt_eng->ctl_lock);
+	ret = kvt_ctl_adopt_peer(p);
+	if (ret == 0) {
+		p->next = kvt_eng->peers;
+		kvt_eng->peers = p;
+	}
+	pthread_mutex_unlock(&kvt_eng->ctl_lock);
+	if (ret < 0)
+		goto free_peer;
+	KVT_LOG(INFO, "peer %s (%s) open: %u region(s), ports %#x", p->info.name,
+		addr, p->rt->n, p->conn_mask);
+	return p;
+
+free_peer:
+	peer_free(p);
+	rte_errno = -ret;
+	return NULL;
+}
+
+static void
+peer_unlink(struct kvt_peer *p)
+{
+	struct kvt_peer **pp;
+
+	for (pp = &kvt_eng->peers; *pp != NULL; pp = &(*pp)->next) {
+		if (*pp == p) {
+			*pp = p->next;
+			return;
+		}
+	}
+}
+
+int
+kvt_peer_close(struct kvt_peer *p)
+{
+	if (kvt_eng == NULL)
+		return -ENODEV;
+	if (!kvt_peer_valid(p))
+		return -EINVAL;
+	pthread_mutex_lock(&kvt_eng->ctl_lock);
+	if (p->refs > 1) {
+		p->refs--;
+		pthread_mutex_unlock(&kvt_eng->ctl_lock);
+		return 0;
+	}
+	if (__atomic_load_n(&p->inflight, __ATOMIC_ACQUIRE) != 0) {
+		pthread_mutex_unlock(&kvt_eng->ctl_lock);
+		KVT_LOG(ERR, "close peer %s: submissions in flight", p->info.name);
+		return -EBUSY;
+	}
+	peer_unlink(p);
+	__atomic_store_n(&p->state, KVT_PEER_CLOSED, __ATOMIC_RELEASE);
+	kvt_ctl_forget_peer(p);
+	pthread_mutex_unlock(&kvt_eng->ctl_lock);
+	peer_free(p);
+	return 0;
+}
+
+void
+kvt_peers_close_all(void)
+{
+	struct kvt_peer *p;
+
+	while ((p = kvt_eng->peers) != NULL) {
+		kvt_eng->peers = p->next;
+		peer_free(p);
+	}
+}
+
+int
+kvt_peer_regions(struct kvt_peer *p, struct kvt_region *out, unsigned int max)
+{
+	const struct kvt_rtable *t;
+	const struct kvt_rmem *rm;
+	unsigned int i, tok;
+	int n;
+
+	if (kvt_eng == NULL)
+		return -ENODEV;
+	if (!kvt_peer_valid(p) || (out == NULL && max > 0))
+		return -EINVAL;
+	if (__atomic_load_n(&p->state, __ATOMIC_ACQUIRE) != KVT_PEER_UP)
+		return -ECONNRESET;
+	tok = kvt_rcu_read_lock();
+	t = __atomic_load_n(&p->rt, __ATOMIC_ACQUIRE);
+	for (i = 0; i < t->n && i < max; i++) {
+		rm = &t->r[i]->rm;
+		memset(&out[i], 0, sizeof(out[i]));
+		out[i].base = rm->base;
+		out[i].len = rm->len;
+		out[i].flags = rm->flags & (KVT_MEM_REMOTE_READ |
+					    KVT_MEM_REMOTE_WRITE);
+		out[i].fence_slots = rm->fence_slots;
+		kvt_loc_str(&rm->loc, out[i].loc, sizeof(out[i].loc));
+	}
+	n = (int)t->n;
+	kvt_rcu_read_unlock(tok);
+	return n;
+}
+
+int
+kvt_peer_state(struct kvt_peer *p)
+{
+	if (!kvt_peer_valid(p))
+		return -EINVAL;
+	return __atomic_load_n(&p->state, __ATOMIC_ACQUIRE) == KVT_PEER_UP ?
+		0 : -ECONNRESET;
+}
+
+int
+kvt_peer_stats(struct kvt_peer *p, struct kvt_peer_stats *st)
+{
+	if (!kvt_peer_valid(p) || st == NULL)
+		return -EINVAL;
+	st->write_bytes = __atomic_load_n(&p->st.write_bytes, __ATOMIC_RELAXED);
+	st->read_bytes = __atomic_load_n(&p->st.read_bytes, __ATOMIC_RELAXED);
+	st->errors = __atomic_load_n(&p->st.errors, __ATOMIC_RELAXED);
+	return 0;
+}

@@ -1,0 +1,269 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * PMD registry and ports: which transports are enabled, the ports they
+ * create, and which lcore owns each port.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <rte_errno.h>
+#include <rte_lcore.h>
+
+#include "kvt_private.h"
+
+static struct kvt_pmd *kvt_pmds;
+
+void
+kvt_pmd_register(struct kvt_pmd *pmd)
+{
+	struct kvt_pmd **pp = &kvt_pmds;
+
+	/* Keep constructor order stable: append. */
+	while (*pp != NULL)
+		pp = &(*pp)->next;
+	pmd->next = NULL;
+	*pp = pmd;
+}
+
+static const struct kvt_pmd *
+pmd_find(const char *name, size_t len)
+{
+	const struct kvt_pmd *p;
+
+	for (p = kvt_pmds; p != NULL; p = p->next)
+		if (strlen(p->name) == len && strncmp(p->name, name, len) == 0)
+			return p;
+	return NULL;
+}
+
+struct kvt_port *
+kvt_port_create(const struct kvt_pmd *pmd, const char *name, int numa,
+		void *priv)
+{
+	struct kvt_engine *e = kvt_eng;
+	struct kvt_port *p;
+
+	if (pmd == NULL || name == NULL || strlen(name) >= sizeof(p->name)) {
+		rte_errno = EINVAL;
+		return NULL;
+	}
+	if (e->nports == KVT_MAX_PORTS) {
+		KVT_LOG(ERR, "port %s: more than %d ports", name, KVT_MAX_PORTS);
+		rte_errno = ENOSPC;
+		return NULL;
+	}
+	p = calloc(1, sizeof(*p));
+	if (p == NULL) {
+		rte_errno = ENOMEM;
+		return NULL;
+	}
+	p->id = (uint16_t)e->nports;
+	strcpy(p->name, name);
+	p->pmd = pmd;
+	p->numa = numa;
+	p->priv = priv;
+	e->ports[e->nports++] = p;
+	KVT_LOG(DEBUG, "port %u: %s (%s, numa %d)", p->id, name, pmd->name, numa);
+	return p;
+}
+
+struct kvt_port *
+kvt_port_get(unsigned int id)
+{
+	if (kvt_eng == NULL || id >= kvt_eng->nports)
+		return NULL;
+	return kvt_eng->ports[id];
+}
+
+static int
+probe_one(const struct kvt_pmd *pmd, const char *args)
+{
+	unsigned int before = kvt_eng->nports;
+	int ret;
+
+	ret = pmd->ops->probe(pmd, args);
+	if (ret < 0) {
+		KVT_LOG(ERR, "transport %s: probe failed: %s", pmd->name,
+			strerror(-ret));
+		return ret;
+	}
+	KVT_LOG(INFO, "transport %s: %u port(s)", pmd->name,
+		kvt_eng->nports - before);
+	return 0;
+}
+
+int
+kvt_ports_probe(void)
+{
+	const struct kvt_opts *o = &kvt_eng->o;
+	const struct kvt_pmd *pmd;
+	unsigned int i;
+	const char *a, *comma;
+	int ret;
+
+	if (o->n_pmd_args == 0) {
+		for (pmd = kvt_pmds; pmd != NULL; pmd = pmd->next) {
+			if (pmd->ops->flags & KVT_PMD_F_EXPLICIT)
+				continue;
+			/* Without an explicit list a failing transport is
+			 * skipped, not fatal: the others still run. */
+			probe_one(pmd, "");
+		}
+	} else {
+		for (i = 0; i < o->n_pmd_args; i++) {
+			a = o->pmd_args[i];
+			comma = strchr(a, ',');
+			pmd = pmd_find(a, comma ? (size_t)(comma - a) : strlen(a));
+			if (pmd == NULL) {
+				KVT_LOG(ERR, "unknown transport in --kvt-pmd %s", a);
+				return -EINVAL;
+			}
+			ret = probe_one(pmd, comma ? comma + 1 : "");
+			if (ret < 0)
+				return ret;
+		}
+	}
+	if (kvt_eng->nports == 0) {
+		KVT_LOG(ERR, "no transport created a port");
+		return -ENODEV;
+	}
+	return 0;
+}
+
+/*
+ * Give each port to an lcore: prefer lcores on the port's NUMA node, and
+ * among those the one with the fewest ports.
+ */
+int
+kvt_ports_assign(void)
+{
+	struct kvt_engine *e = kvt_eng;
+	struct kvt_lcore *best, *lc;
+	struct kvt_port *p;
+	unsigned int i, j;
+	int same, best_same;
+
+	if (e->nlcores == 0) {
+		KVT_LOG(ERR, "no worker lcore for the ports (give EAL a spare lcore, or --kvt-lcores)");
+		return -ENODEV;
+	}
+	for (i = 0; i < e->nports; i++) {
+		p = e->ports[i];
+		best = NULL;
+		best_same = 0;
+		for (j = 0; j < e->nlcores; j++) {
+			lc = &e->lcores[j];
+			same = p->numa < 0 ||
+				(int)rte_lcore_to_socket_id(lc->id) == p->numa;
+			if (best == NULL || same > best_same ||
+			    (same == best_same && lc->nports < best->nports)) {
+				best = lc;
+				best_same = same;
+			}
+		}
+		best->ports[best->nports++] = p;
+		p->lcore = best->id;
+		KVT_LOG(INFO, "port %s on lcore %u", p->name, best->id);
+	}
+	return 0;
+}
+
+int
+kvt_ports_start(void)
+{
+	struct kvt_engine *e = kvt_eng;
+	struct kvt_port *p;
+	unsigned int i;
+	int ret;
+
+	for (i = 0; i < e->nports; i++) {
+		p = e->ports[i];
+		if (p->pmd->ops->start == NULL)
+			continue;
+		ret = p->pmd->ops->start(p);
+		if (ret < 0) {
+			KVT_LOG(ERR, "port %s: start failed: %s", p->name,
+				strerror(-ret));
+			return ret;
+		}
+	}
+	return 0;
+}
+
+void
+kvt_ports_stop(void)
+{
+	struct kvt_engine *e = kvt_eng;
+	unsigned int i;
+
+	for (i = 0; i < e->nports; i++)
+		if (e->ports[i]->pmd->ops->stop != NULL)
+			e->ports[i]->pmd->ops->stop(e->ports[i]);
+}
+
+void
+kvt_ports_remove(void)
+{
+	struct kvt_engine *e = kvt_eng;
+	unsigned int i;
+
+	for (i = 0; i < e->nports; i++) {
+		if (e->ports[i]->pmd->ops->remove != NULL)
+			e->ports[i]->pmd->ops->remove(e->ports[i]);
+		free(e->ports[i]);
+		e->ports[i] = NULL;
+	}
+	e->nports = 0;
+}
+
+const struct kvt_pmd_env *
+kvt_pmd_env(void)
+{
+	return kvt_eng != NULL ? &kvt_eng->env : NULL;
+}
+
+unsigned int
+kvt_port_count(void)
+{
+	return kvt_eng != NULL ? kvt_eng->nports : 0;
+}
+
+int
+kvt_port_info(unsigned int port, struct kvt_port_info *info)
+{
+	struct kvt_port *p;
+
+	if (kvt_eng == NULL)
+		return -ENODEV;
+	p = kvt_port_get(port);
+	if (p == NULL || info == NULL)
+		return -EINVAL;
+	memset(info, 0, sizeof(*info));
+	snprintf(info->name, sizeof(info->name), "%s", p->name);
+	snprintf(info->pmd, sizeof(info->pmd), "%s", p->pmd->name);
+	info->lcore = p->lcore;
+	info->numa = p->numa;
+	return 0;
+}
+
+int
+kvt_port_stats(unsigned int port, struct kvt_port_stats *st)
+{
+	struct kvt_port *p;
+
+	if (kvt_eng == NULL)
+		return -ENODEV;
+	p = kvt_port_get(port);
+	if (p == NULL || st == NULL)
+		return -EINVAL;
+	/* Single writer (the lcore); 64-bit loads do not tear on the
+	 * targets kvt supports. */
+	st->write_bytes = __atomic_load_n(&p->st.write_bytes, __ATOMIC_RELAXED);
+	st->read_bytes = __atomic_load_n(&p->st.read_bytes, __ATOMIC_RELAXED);
+	st->served_bytes = __atomic_load_n(&p->st.served_bytes, __ATOMIC_RELAXED);
+	st->slices = __atomic_load_n(&p->st.slices, __ATOMIC_RELAXED);
+	st->errors = __atomic_load_n(&p->st.errors, __ATOMIC_RELAXED);
+	st->retries = __atomic_load_n(&p->st.retries, __ATOMIC_RELAXED);
+	return 0;
+}

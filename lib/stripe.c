@@ -1,0 +1,84 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * Striping: which eligible port takes the next slice.  Each port keeps the
+ * bytes it has in flight and a recent rate; a slice goes where it would
+ * finish first ((in flight + slice) / rate).  A port whose rate is not
+ * known yet counts as the fastest, and every 64th slice goes round-robin,
+ * so a port that fell out of favour is still probed and its rate stays
+ * current.
+ */
+#include "kvt_private.h"
+
+#define KVT_PROBE_EVERY 64
+#define KVT_RATE_WINDOW_US 1000
+
+static unsigned int
+nth_bit(uint32_t mask, unsigned int n)
+{
+	while (n-- > 0)
+		mask &= mask - 1;
+	return (unsigned int)__builtin_ctz(mask);
+}
+
+unsigned int
+kvt_stripe_pick(uint32_t mask, uint32_t len, uint64_t seq)
+{
+	uint64_t best_cost = UINT64_MAX, cost, fastest = 1, rate;
+	unsigned int i, best = 0;
+	struct kvt_port *p;
+	uint32_t m;
+
+	if ((mask & (mask - 1)) == 0) {
+		best = (unsigned int)__builtin_ctz(mask);
+	} else if (seq % KVT_PROBE_EVERY == KVT_PROBE_EVERY - 1) {
+		best = nth_bit(mask, (unsigned int)((seq / KVT_PROBE_EVERY) %
+				(unsigned int)__builtin_popcount(mask)));
+	} else {
+		for (m = mask; m != 0; m &= m - 1) {
+			p = kvt_eng->ports[__builtin_ctz(m)];
+			rate = __atomic_load_n(&p->rate_bpus, __ATOMIC_RELAXED);
+			fastest = RTE_MAX(fastest, rate);
+		}
+		for (m = mask; m != 0; m &= m - 1) {
+			i = (unsigned int)__builtin_ctz(m);
+			p = kvt_eng->ports[i];
+			rate = __atomic_load_n(&p->rate_bpus, __ATOMIC_RELAXED);
+			cost = (__atomic_load_n(&p->inflight_bytes,
+						__ATOMIC_RELAXED) + len) * 64 /
+				(rate != 0 ? rate : fastest);
+			if (cost < best_cost) {
+				best_cost = cost;
+				best = i;
+			}
+		}
+	}
+	__atomic_fetch_add(&kvt_eng->ports[best]->inflight_bytes, len,
+			   __ATOMIC_RELAXED);
+	return best;
+}
+
+/* Lcore of p: a slice of len bytes left p. */
+void
+kvt_stripe_account(struct kvt_port *p, uint32_t len, uint64_t now_us)
+{
+	uint64_t el, rate;
+
+	__atomic_fetch_sub(&p->inflight_bytes, len, __ATOMIC_RELAXED);
+	el = now_us - p->rate_win_start;
+	if (p->rate_win_start == 0 || el > 100 * KVT_RATE_WINDOW_US) {
+		/* First slice, or the port sat idle: idle time is not slowness. */
+		p->rate_win_start = now_us;
+		p->rate_win_bytes = len;
+		return;
+	}
+	p->rate_win_bytes += len;
+	if (el < KVT_RATE_WINDOW_US)
+		return;
+	rate = p->rate_win_bytes / el;
+	/* Weigh the new window 1/4 so one hiccup does not starve a rail. */
+	rate = p->rate_bpus != 0 ? (p->rate_bpus * 3 + rate) / 4 : rate;
+	__atomic_store_n(&p->rate_bpus, RTE_MAX(rate, (uint64_t)1),
+			 __ATOMIC_RELAXED);
+	p->rate_win_bytes = 0;
+	p->rate_win_start = now_us;
+}

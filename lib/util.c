@@ -1,0 +1,58 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Small helpers shared by the engine and the PMDs. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <rte_cycles.h>
+
+#include "kvt_private.h"
+
+int
+kvt_buf_put(struct kvt_buf *b, const void *p, size_t n)
+{
+	size_t cap;
+	uint8_t *d;
+
+	if (b->len + n > b->cap) {
+		cap = b->cap != 0 ? b->cap : 256;
+		while (cap < b->len + n)
+			cap *= 2;
+		d = realloc(b->data, cap);
+		if (d == NULL)
+			return -ENOMEM;
+		b->data = d;
+		b->cap = cap;
+	}
+	if (p != NULL)
+		memcpy(b->data + b->len, p, n);
+	else if (n != 0)
+		memset(b->data + b->len, 0, n);
+	b->len += n;
+	return 0;
+}
+
+void
+kvt_buf_free(struct kvt_buf *b)
+{
+	free(b->data);
+	memset(b, 0, sizeof(*b));
+}
+
+uint64_t
+kvt_now_us(void)
+{
+	static uint64_t hz;
+	struct timespec ts;
+
+	/* The TSC keeps the hot path free of clock system calls; before EAL
+	 * measured its rate, fall back to the monotonic clock. */
+	if (hz == 0)
+		hz = rte_get_tsc_hz();
+	if (hz != 0)
+		return (uint64_t)((__uint128_t)rte_get_tsc_cycles() * 1000000 /
+				  hz);
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000 + (uint64_t)ts.tv_nsec / 1000;
+}
