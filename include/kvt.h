@@ -77,6 +77,14 @@ int kvt_listen_addr(char *buf, size_t size);
 /** @return this engine's name, or NULL when the engine is not running. */
 const char *kvt_name(void);
 
+/**
+ * Change what idle lcores do: "spin", "pause" (rte_pause), or "sleep:US"
+ * (nanosleep after 200 us without work).  Takes effect at once.
+ *
+ * @return 0, -EINVAL (bad policy), -ENODEV.
+ */
+int kvt_set_idle(const char *policy);
+
 /* ------------------------------------------------------------------ */
 /* Memory                                                              */
 /* ------------------------------------------------------------------ */

@@ -70,6 +70,7 @@ int kvt_parse_size(const char *s, uint64_t *out);
 /* Parse "ip:port" ("host:port" resolves): @return 0 or -EINVAL. */
 int kvt_parse_addr(const char *s, struct sockaddr_in *sa);
 int kvt_parse_loc(const char *s, struct kvt_loc *loc);
+int kvt_parse_idle(const char *v, enum kvt_idle *idle, uint32_t *us);
 void kvt_loc_str(const struct kvt_loc *loc, char *buf, size_t len);
 
 /* ------------------------------------------------------------------ */
@@ -121,8 +122,9 @@ unsigned int kvt_lcore_enqueue(unsigned int lcore_idx, struct kvt_desc **d,
 void kvt_lcore_defer(struct kvt_desc *d);
 struct kvt_lcore *kvt_lcore_of_port(const struct kvt_port *p);
 void kvt_desc_free(struct kvt_desc *d);
-/* Test hook: thread id of the lcore owning port 0's lcore index i. */
+/* Test hooks: thread id and loop count of kvt's idx-th lcore. */
 int kvt_lcore_tid(unsigned int idx);
+uint64_t kvt_lcore_loops(unsigned int idx);
 
 /* ------------------------------------------------------------------ */
 /* Memory registry (mem.c)                                             */

@@ -50,6 +50,31 @@ kvt_lcore_tid(unsigned int idx)
 	return __atomic_load_n(&kvt_eng->lcores[idx].tid, __ATOMIC_ACQUIRE);
 }
 
+uint64_t
+kvt_lcore_loops(unsigned int idx)
+{
+	if (kvt_eng == NULL || idx >= kvt_eng->nlcores)
+		return 0;
+	return __atomic_load_n(&kvt_eng->lcores[idx].loops, __ATOMIC_RELAXED);
+}
+
+int
+kvt_set_idle(const char *policy)
+{
+	enum kvt_idle idle;
+	uint32_t us = 0;
+
+	if (kvt_eng == NULL)
+		return -ENODEV;
+	if (kvt_parse_idle(policy, &idle, &us) < 0)
+		return -EINVAL;
+	/* The lcores read both fields each idle turn; a torn pair lasts one
+	 * turn at most. */
+	__atomic_store_n(&kvt_eng->o.idle_us, us, __ATOMIC_RELAXED);
+	__atomic_store_n(&kvt_eng->o.idle, idle, __ATOMIC_RELEASE);
+	return 0;
+}
+
 void
 kvt_desc_free(struct kvt_desc *d)
 {
@@ -144,17 +169,18 @@ run_deferred(struct kvt_lcore *lc)
 static void
 idle_wait(const struct kvt_opts *o)
 {
+	uint32_t us = __atomic_load_n(&o->idle_us, __ATOMIC_RELAXED);
 	struct timespec ts;
 
-	switch (o->idle) {
+	switch (__atomic_load_n(&o->idle, __ATOMIC_ACQUIRE)) {
 	case KVT_IDLE_SPIN:
 		break;
 	case KVT_IDLE_PAUSE:
 		rte_pause();
 		break;
 	case KVT_IDLE_SLEEP:
-		ts.tv_sec = o->idle_us / 1000000;
-		ts.tv_nsec = (long)(o->idle_us % 1000000) * 1000;
+		ts.tv_sec = us / 1000000;
+		ts.tv_nsec = (long)(us % 1000000) * 1000;
 		nanosleep(&ts, NULL);
 		break;
 	}
@@ -187,7 +213,7 @@ lcore_main(void *arg)
 			p = lc->ports[i];
 			work += p->pmd->ops->poll(p);
 		}
-		lc->loops++;
+		__atomic_store_n(&lc->loops, lc->loops + 1, __ATOMIC_RELAXED);
 		if (work != 0) {
 			last_work = rte_get_tsc_cycles();
 			continue;

@@ -365,12 +365,16 @@ kvt_mem_export_all(struct kvt_buf *out)
 void
 kvt_mem_fini(void)
 {
+	struct kvt_alloc *a;
 	struct kvt_reg *r;
 	unsigned int i;
 
 	pthread_mutex_lock(&reg_lock);
 	r = kvt_reg;
 	kvt_reg = NULL;
+	/* The registrations go; the allocations stay the application's. */
+	for (a = kvt_allocs; a != NULL; a = a->next)
+		a->regs = 0;
 	pthread_mutex_unlock(&reg_lock);
 	if (r == NULL)
 		return;

@@ -193,20 +193,22 @@ kvt_loc_str(const struct kvt_loc *loc, char *buf, size_t len)
 		 loc->id);
 }
 
-static int
-parse_idle(struct kvt_opts *o, const char *v)
+int
+kvt_parse_idle(const char *v, enum kvt_idle *idle, uint32_t *us)
 {
+	if (v == NULL)
+		return -EINVAL;
 	if (strcmp(v, "spin") == 0) {
-		o->idle = KVT_IDLE_SPIN;
+		*idle = KVT_IDLE_SPIN;
 		return 0;
 	}
 	if (strcmp(v, "pause") == 0) {
-		o->idle = KVT_IDLE_PAUSE;
+		*idle = KVT_IDLE_PAUSE;
 		return 0;
 	}
 	if (strncmp(v, "sleep:", 6) == 0 &&
-	    parse_u32(v + 6, 1, 1000000, &o->idle_us) == 0) {
-		o->idle = KVT_IDLE_SLEEP;
+	    parse_u32(v + 6, 1, 1000000, us) == 0) {
+		*idle = KVT_IDLE_SLEEP;
 		return 0;
 	}
 	return -EINVAL;
@@ -314,7 +316,7 @@ apply_opt(struct kvt_opts *o, int c, const char *v, char *err, size_t errlen)
 			goto bad;
 		return set_str(&o->nic, v);
 	case OPT_IDLE:
-		if (parse_idle(o, v) < 0)
+		if (kvt_parse_idle(v, &o->idle, &o->idle_us) < 0)
 			goto bad;
 		return 0;
 	case OPT_SLICE:

@@ -1,0 +1,228 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * kvt-testpeer: an engine in its own process, driven line by line on
+ * stdin by the tests, answering "ok ..." or "err ..." on stdout.
+ *
+ * Started as: kvt-testpeer [EAL args] -- [--kvt-* options]
+ * It first prints "ready <addr> <pid>".  Commands:
+ *   alloc ID BYTES PERMS     kvt_mem_alloc + register (PERMS: rw, r, w, -)
+ *   malloc ID BYTES PERMS    plain malloc + register
+ *   fill ID OFF LEN SEED     write the test pattern
+ *   sum ID OFF LEN           xxh64 of the bytes
+ *   fence NSLOTS             create the fence table -> its handle
+ *   arm SLOT ROOM            arm a slot
+ *   fpoll SLOT               kvt_fence_poll result
+ *   fwait SLOT US            kvt_fence_wait result
+ *   watch N ID US            take N notifications "OFF LEN HASH" and check
+ *                            each against region ID when it arrives;
+ *                            -> number of mismatches
+ *   notes US                 take the notifications that arrive -> texts
+ *   open ADDR                open a peer (one at a time)
+ *   write ID OFF RADDR LEN   write local region ID to the open peer, wait
+ *   unreg ID                 kvt_mem_unregister result
+ *   quit
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <rte_errno.h>
+
+#include "kvt.h"
+#include "test_common.h"
+
+#define MAX_IDS 16
+
+static struct {
+	uint8_t *p;
+	size_t len;
+	struct kvt_mem *m;
+	int alloced;
+} mem[MAX_IDS];
+static struct kvt_fence_table *ft;
+static struct kvt_peer *peer;
+
+static uint32_t
+perms(const char *s)
+{
+	uint32_t f = 0;
+
+	if (strchr(s, 'r') != NULL)
+		f |= KVT_MEM_REMOTE_READ;
+	if (strchr(s, 'w') != NULL)
+		f |= KVT_MEM_REMOTE_WRITE;
+	return f;
+}
+
+static int
+id_ok(unsigned int id, size_t off, size_t len)
+{
+	return id < MAX_IDS && mem[id].p != NULL && off <= mem[id].len &&
+		len <= mem[id].len - off;
+}
+
+static void
+cmd_alloc(unsigned int id, size_t len, const char *pr, int use_malloc)
+{
+	uint8_t *p;
+
+	if (id >= MAX_IDS || mem[id].p != NULL) {
+		printf("err id\n");
+		return;
+	}
+	p = use_malloc ? aligned_alloc(4096, (len + 4095) & ~(size_t)4095) :
+		kvt_mem_alloc(len, "cpu:0");
+	if (p == NULL) {
+		printf("err alloc %d\n", rte_errno);
+		return;
+	}
+	memset(p, 0, len);
+	mem[id].m = kvt_mem_register(p, len, "cpu:0", perms(pr));
+	if (mem[id].m == NULL) {
+		printf("err register %d\n", rte_errno);
+		return;
+	}
+	mem[id].p = p;
+	mem[id].len = len;
+	mem[id].alloced = !use_malloc;
+	printf("ok %#" PRIxPTR "\n", (uintptr_t)p);
+}
+
+/* Wait for n notifications "OFF LEN HASH", checking each on arrival. */
+static void
+cmd_watch(unsigned int n, unsigned int id, uint64_t us)
+{
+	struct kvt_notify_msg msg;
+	uint64_t deadline = tc_now_us() + us, hash;
+	unsigned long long off, len;
+	unsigned int got = 0, bad = 0;
+	char text[KVT_NOTIFY_MAX + 1];
+
+	while (got < n && tc_now_us() < deadline) {
+		if (kvt_notify_poll(&msg, 1) != 1)
+			continue;
+		got++;
+		memcpy(text, msg.data, msg.len);
+		text[msg.len] = '\0';
+		if (sscanf(text, "%llu %llu %" SCNx64, &off, &len, &hash) != 3 ||
+		    !id_ok(id, off, len) ||
+		    tc_hash(mem[id].p + off, len) != hash)
+			bad++;
+	}
+	printf("ok %u %u\n", got, bad);
+}
+
+static void
+cmd_notes(uint64_t us)
+{
+	struct kvt_notify_msg msg;
+	uint64_t deadline = tc_now_us() + us;
+
+	printf("ok");
+	while (tc_now_us() < deadline)
+		if (kvt_notify_poll(&msg, 1) == 1)
+			printf(" %.*s@%s", (int)msg.len, msg.data, msg.peer);
+	printf("\n");
+}
+
+static void
+cmd_write(unsigned int id, size_t off, uint64_t raddr, size_t len)
+{
+	struct kvt_xfer x = { .op = KVT_OP_WRITE, .remote = raddr, .len = len };
+	struct kvt_batch *b;
+	int ret;
+
+	if (peer == NULL || !id_ok(id, off, len)) {
+		printf("err args\n");
+		return;
+	}
+	x.local = mem[id].p + off;
+	b = kvt_batch_alloc(1);
+	ret = kvt_submit(b, peer, &x, 1, NULL);
+	if (ret >= 0)
+		ret = kvt_wait(b, 10 * 1000 * 1000);
+	if (ret == 0)
+		ret = kvt_status(b, 0);
+	kvt_batch_free(b);
+	printf("ok %d\n", ret);
+}
+
+static int
+dispatch(char *line)
+{
+	char a[64], b[64];
+	unsigned long long x, y, z, w;
+	unsigned int id;
+
+	if (sscanf(line, "alloc %u %llu %63s", &id, &x, a) == 3) {
+		cmd_alloc(id, x, a, 0);
+	} else if (sscanf(line, "malloc %u %llu %63s", &id, &x, a) == 3) {
+		cmd_alloc(id, x, a, 1);
+	} else if (sscanf(line, "fill %u %llu %llu %llu", &id, &x, &y, &z) == 4) {
+		if (!id_ok(id, x, y)) {
+			printf("err range\n");
+			return 0;
+		}
+		tc_fill(mem[id].p + x, y, z);
+		printf("ok\n");
+	} else if (sscanf(line, "sum %u %llu %llu", &id, &x, &y) == 3) {
+		if (!id_ok(id, x, y))
+			printf("err range\n");
+		else
+			printf("ok %" PRIx64 "\n", tc_hash(mem[id].p + x, y));
+	} else if (sscanf(line, "fence %llu", &x) == 1) {
+		ft = kvt_fence_table_create((uint32_t)x, NULL);
+		if (ft == NULL)
+			printf("err %d\n", rte_errno);
+		else
+			printf("ok %#" PRIx64 "\n", kvt_fence_table_handle(ft));
+	} else if (sscanf(line, "arm %llu %llu", &x, &y) == 2) {
+		printf("ok %d\n", kvt_fence_arm(ft, (uint32_t)x, y));
+	} else if (sscanf(line, "fpoll %llu", &x) == 1) {
+		printf("ok %d\n", kvt_fence_poll(ft, (uint32_t)x));
+	} else if (sscanf(line, "fwait %llu %llu", &x, &y) == 2) {
+		printf("ok %d\n", kvt_fence_wait(ft, (uint32_t)x, y));
+	} else if (sscanf(line, "watch %llu %u %llu", &x, &id, &y) == 3) {
+		cmd_watch((unsigned int)x, id, y);
+	} else if (sscanf(line, "notes %llu", &x) == 1) {
+		cmd_notes(x);
+	} else if (sscanf(line, "open %63s", b) == 1) {
+		peer = kvt_peer_open(b, 5000);
+		printf(peer != NULL ? "ok\n" : "err %d\n", rte_errno);
+	} else if (sscanf(line, "write %u %llu %llx %llu", &id, &x, &w, &y) == 4) {
+		cmd_write(id, x, w, y);
+	} else if (sscanf(line, "unreg %u", &id) == 1 && id < MAX_IDS) {
+		printf("ok %d\n", kvt_mem_unregister(mem[id].m));
+	} else if (strncmp(line, "quit", 4) == 0) {
+		return 1;
+	} else {
+		printf("err unknown command\n");
+	}
+	return 0;
+}
+
+int
+main(int argc, char **argv)
+{
+	char line[512], addr[64];
+	int ret;
+
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	ret = kvt_init(argc, argv);
+	if (ret < 0) {
+		printf("err init %d\n", ret);
+		return 1;
+	}
+	kvt_listen_addr(addr, sizeof(addr));
+	printf("ready %s %d\n", addr, (int)getpid());
+	while (fgets(line, sizeof(line), stdin) != NULL)
+		if (dispatch(line))
+			break;
+	if (peer != NULL)
+		kvt_peer_close(peer);
+	kvt_fini();
+	return 0;
+}

@@ -1,0 +1,41 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Helpers shared by the tests: patterns, checksums, helper processes. */
+#ifndef KVT_TEST_COMMON_H
+#define KVT_TEST_COMMON_H
+
+#include <stdint.h>
+#include <stdio.h>
+#include <sys/types.h>
+
+/* Microseconds of CLOCK_MONOTONIC. */
+uint64_t tc_now_us(void);
+/* Fill p with a pattern unique to seed (and to each 8-byte position). */
+void tc_fill(void *p, size_t len, uint64_t seed);
+uint64_t tc_hash(const void *p, size_t len);
+
+/* A kvt-testpeer process. */
+struct tc_peer {
+	pid_t pid;
+	FILE *in;		/* its stdin */
+	int out;		/* its stdout */
+	char addr[64];
+};
+
+/*
+ * Start kvt-testpeer with kvt options opts (may be NULL) on top of the
+ * defaults (sleep idle policy, loopback listener).  @return 0 or -errno.
+ */
+int tc_peer_start(struct tc_peer *p, const char *opts);
+/* Send a command; reply (without "ok ") in buf.  @return 0 on "ok". */
+int tc_peer_cmd(struct tc_peer *p, char *buf, size_t len, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+/* Send a command and parse the reply's first number. */
+long long tc_peer_num(struct tc_peer *p, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+void tc_peer_kill(struct tc_peer *p);
+void tc_peer_stop(struct tc_peer *p);
+
+/* kvt_init for the test process itself, with opts added to defaults. */
+int tc_engine_init(const char *opts);
+
+#endif

@@ -1,0 +1,300 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * The runtime: init/fini, options, attaching to an application's EAL,
+ * descriptors through the rings, idle policies, fini with work in flight.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <criterion/criterion.h>
+#include <criterion/redirect.h>
+#include <rte_eal.h>
+#include <rte_errno.h>
+
+#include "kvt.h"
+#include "kvt_private.h"
+#include "test_common.h"
+
+/* Open this engine as its own peer (the null port needs no other). */
+static struct kvt_peer *
+self_peer(void)
+{
+	char addr[64];
+	struct kvt_peer *p;
+
+	cr_assert(kvt_listen_addr(addr, sizeof(addr)) > 0);
+	p = kvt_peer_open(addr, 5000);
+	cr_assert_not_null(p, "self open: %s", rte_strerror(rte_errno));
+	return p;
+}
+
+Test(engine, init_fini, .timeout = 30)
+{
+	char addr[64];
+
+	cr_assert_eq(kvt_fini(), -ENODEV);
+	cr_assert_geq(tc_engine_init(NULL), 0);
+	cr_assert_eq(tc_engine_init(NULL), -EALREADY);
+	cr_assert_not_null(kvt_name());
+	cr_assert_gt(kvt_listen_addr(addr, sizeof(addr)), 0);
+	cr_assert_eq(strncmp(addr, "127.0.0.1:", 10), 0, "addr %s", addr);
+	cr_assert_eq(kvt_listen_addr(addr, 4), -ENOSPC);
+	cr_assert_geq(kvt_port_count(), 1);
+	cr_assert_eq(kvt_fini(), 0);
+	cr_assert_null(kvt_name());
+	cr_assert_eq(kvt_port_count(), 0);
+	/* EAL stays up: a second engine attaches to it. */
+	cr_assert_geq(tc_engine_init(NULL), 0);
+	cr_assert_eq(kvt_fini(), 0);
+}
+
+Test(engine, return_value_leaves_app_args, .timeout = 30)
+{
+	char *argv[] = { "app", "--", "--kvt-idle", "sleep:50",
+			 "--kvt-listen=127.0.0.1:0", "--app-flag", "x", NULL };
+	int ret = kvt_init(7, argv);
+
+	cr_assert_eq(ret, 4, "consumed %d", ret);
+	cr_assert_str_eq(argv[ret + 1], "--app-flag");
+	kvt_fini();
+}
+
+/* Each bad option: -EINVAL, a message naming it, and no engine. */
+Test(engine, bad_options, .init = cr_redirect_stderr, .timeout = 30)
+{
+	static const char *const bad[][2] = {
+		{ "--kvt-idle", "nap" },
+		{ "--kvt-idle", "sleep:0" },
+		{ "--kvt-slice", "12" },
+		{ "--kvt-slice", "1T" },
+		{ "--kvt-listen", "nohostport" },
+		{ "--kvt-listen", "127.0.0.1:99999" },
+		{ "--kvt-timeout", "-1" },
+		{ "--kvt-descs", "10" },
+		{ "--kvt-lcores", "3-1" },
+		{ "--kvt-meta", "zookeeper://x" },
+		{ "--kvt-name", "bad name" },
+		{ "--kvt-cluster", "" },
+		{ "--kvt-pmd", "nosuchpmd" },
+		{ "--kvt-bogus", "1" },
+	};
+	char *argv[5], buf[8192];
+	FILE *err;
+	size_t n;
+	unsigned int i;
+
+	for (i = 0; i < RTE_DIM(bad); i++) {
+		argv[0] = (char *)"app";
+		argv[1] = (char *)"--";
+		argv[2] = (char *)bad[i][0];
+		argv[3] = (char *)bad[i][1];
+		argv[4] = NULL;
+		cr_assert_eq(kvt_init(4, argv), -EINVAL, "%s %s accepted",
+			     bad[i][0], bad[i][1]);
+		cr_assert_null(kvt_name());
+	}
+	argv[2] = (char *)"--kvt-slice";
+	cr_assert_eq(kvt_init(3, argv), -EINVAL, "missing value accepted");
+	fflush(stderr);
+	err = cr_get_redirected_stderr();
+	n = fread(buf, 1, sizeof(buf) - 1, err);
+	buf[n] = '\0';
+	cr_assert(strstr(buf, "invalid value 'nap' for --kvt-idle") != NULL, "%s", buf);
+	cr_assert(strstr(buf, "--kvt-slice") != NULL);
+	cr_assert(strstr(buf, "unknown transport in --kvt-pmd nosuchpmd") != NULL);
+	cr_assert(strstr(buf, "--kvt-bogus") != NULL);
+}
+
+Test(engine, option_parser, .timeout = 10)
+{
+	char *argv[] = { "--kvt-slice", "1M", "--kvt-idle=pause",
+			 "--kvt-lcores", "1,3-4", "--kvt-timeout", "250",
+			 "rest", NULL };
+	struct kvt_opts o;
+	char err[128];
+	uint64_t v;
+
+	kvt_opts_defaults(&o);
+	cr_assert_eq(kvt_opts_parse(&o, 8, argv, err, sizeof(err)), 7);
+	cr_assert_eq(o.slice, 1 << 20);
+	cr_assert_eq(o.idle, KVT_IDLE_PAUSE);
+	cr_assert_eq(o.n_lcores, 3);
+	cr_assert_eq(o.lcores[2], 4);
+	cr_assert_eq(o.timeout_ms, 250);
+	kvt_opts_free(&o);
+	cr_assert_eq(kvt_parse_size("64K", &v), 0);
+	cr_assert_eq(v, 65536);
+	cr_assert_eq(kvt_parse_size("2MiB", &v), 0);
+	cr_assert_eq(v, 2 << 20);
+	cr_assert_eq(kvt_parse_size("k", &v), -EINVAL);
+	cr_assert_eq(kvt_parse_size("5X", &v), -EINVAL);
+}
+
+/* Submit n_xfers writes of len through the null ports and wait. */
+static void
+flood(struct kvt_peer *p, uint8_t *src, uint8_t *dst, unsigned int n_xfers,
+      uint64_t len)
+{
+	struct kvt_xfer *x = calloc(n_xfers, sizeof(*x));
+	struct kvt_batch *b = kvt_batch_alloc(n_xfers);
+	unsigned int i;
+
+	cr_assert_not_null(b);
+	for (i = 0; i < n_xfers; i++) {
+		x[i].op = KVT_OP_WRITE;
+		x[i].local = src;
+		x[i].remote = (uintptr_t)dst + (uint64_t)i * len;
+		x[i].len = len;
+	}
+	cr_assert_eq(kvt_submit(b, p, x, n_xfers, NULL), 0);
+	cr_assert_eq(kvt_wait(b, 20 * 1000 * 1000), 0);
+	cr_assert_eq(kvt_poll(b), 0);
+	for (i = 0; i < n_xfers; i++)
+		cr_assert_eq(kvt_status(b, i), 0, "xfer %u: %d", i,
+			     kvt_status(b, i));
+	kvt_batch_free(b);
+	free(x);
+}
+
+static void
+port_totals(uint64_t *slices, uint64_t *bytes)
+{
+	struct kvt_port_stats st;
+	unsigned int i;
+
+	*slices = *bytes = 0;
+	for (i = 0; i < kvt_port_count(); i++) {
+		cr_assert_eq(kvt_port_stats(i, &st), 0);
+		*slices += st.slices;
+		*bytes += st.write_bytes;
+	}
+}
+
+/* More slices than descriptors: the backpressure path must lose none. */
+Test(engine, ring_flood_exact_counts, .timeout = 60)
+{
+	const unsigned int n = 1000;
+	const uint64_t len = 1 << 20;
+	uint64_t slices, bytes;
+	static uint8_t src[1 << 20];
+	uint8_t *dst = malloc(n * len);
+	struct kvt_peer *p;
+	unsigned int i;
+
+	cr_assert_geq(tc_engine_init("--kvt-pmd null,ports=2 --kvt-descs 1024 --kvt-slice 64K"), 0);
+	cr_assert_eq(kvt_port_count(), 2);
+	cr_assert_not_null(kvt_mem_register(src, sizeof(src), "cpu:0", 0));
+	cr_assert_not_null(kvt_mem_register(dst, n * len, "cpu:0",
+					    KVT_MEM_REMOTE_WRITE));
+	p = self_peer();
+	for (i = 0; i < 3; i++)
+		flood(p, src, dst, n, len);
+	port_totals(&slices, &bytes);
+	cr_assert_eq(slices, 3ull * n * (len / 65536));
+	cr_assert_eq(bytes, 3ull * n * len);
+	cr_assert_eq(kvt_peer_close(p), 0);
+	cr_assert_eq(kvt_fini(), 0);
+	free(dst);
+}
+
+/* The application brought EAL up itself; kvt uses its spare lcore. */
+Test(engine, attach_to_running_eal, .timeout = 30)
+{
+	char prefix[64];
+	char *eal[] = { "app", "--no-huge", "--no-pci", "--no-shconf", "-m",
+			"128", "-l", "0-1", prefix,
+			"--log-level=lib.eal:warning", NULL };
+	static uint8_t src[4096], dst[1 << 20];
+	uint64_t slices, bytes;
+	struct kvt_peer *p;
+
+	snprintf(prefix, sizeof(prefix), "--file-prefix=attach-%d", getpid());
+	cr_assert_geq(rte_eal_init(10, eal), 0);
+	cr_assert_geq(tc_engine_init("--kvt-pmd null"), 0);
+	cr_assert_not_null(kvt_mem_register(src, sizeof(src), NULL, 0));
+	cr_assert_not_null(kvt_mem_register(dst, sizeof(dst), NULL,
+					    KVT_MEM_REMOTE_WRITE));
+	p = self_peer();
+	flood(p, src, dst, 256, 4096);
+	port_totals(&slices, &bytes);
+	cr_assert_eq(slices, 256);
+	kvt_peer_close(p);
+	cr_assert_eq(kvt_fini(), 0);
+	/* EAL is the application's: still there. */
+	cr_assert_gt(rte_lcore_count(), 0);
+	rte_eal_cleanup();
+}
+
+static double
+loops_per_sec(void)
+{
+	uint64_t a = kvt_lcore_loops(0), b;
+
+	usleep(300000);
+	b = kvt_lcore_loops(0);
+	return (double)(b - a) / 0.3;
+}
+
+Test(engine, idle_policy_switches, .timeout = 30)
+{
+	double sleep_rate, spin_rate, pause_rate;
+
+	cr_assert_geq(tc_engine_init("--kvt-pmd null"), 0);
+	cr_assert_eq(kvt_set_idle("nap"), -EINVAL);
+	cr_assert_eq(kvt_set_idle("sleep:2000"), 0);
+	usleep(50000);
+	sleep_rate = loops_per_sec();
+	cr_assert_eq(kvt_set_idle("spin"), 0);
+	spin_rate = loops_per_sec();
+	cr_assert_eq(kvt_set_idle("pause"), 0);
+	pause_rate = loops_per_sec();
+	cr_assert_eq(kvt_set_idle("sleep:2000"), 0);
+	usleep(50000);
+	/* 2 ms naps allow at most ~500 turns a second. */
+	cr_assert_lt(sleep_rate, 1000, "sleep: %.0f loops/s", sleep_rate);
+	cr_assert_gt(spin_rate, 100 * sleep_rate, "spin %.0f sleep %.0f",
+		     spin_rate, sleep_rate);
+	cr_assert_gt(pause_rate, 100 * sleep_rate, "pause %.0f", pause_rate);
+	cr_assert_lt(loops_per_sec(), 1000);
+	kvt_fini();
+}
+
+/* fini with transfers queued: everything settles, nothing hangs. */
+Test(engine, fini_with_work_in_flight, .timeout = 60)
+{
+	const uint64_t len = 64 << 20;
+	struct kvt_xfer x[4];
+	struct kvt_batch *b;
+	struct kvt_peer *p;
+	uint8_t *src, *dst;
+	int i, st, done = 0, cancelled = 0;
+
+	cr_assert_geq(tc_engine_init("--kvt-pmd shm"), 0);
+	src = kvt_mem_alloc(len, "cpu:0");
+	dst = kvt_mem_alloc(4 * len, "cpu:0");
+	cr_assert_not_null(kvt_mem_register(src, len, NULL, 0));
+	cr_assert_not_null(kvt_mem_register(dst, 4 * len, NULL,
+					    KVT_MEM_REMOTE_WRITE));
+	p = self_peer();
+	b = kvt_batch_alloc(4);
+	for (i = 0; i < 4; i++) {
+		x[i] = (struct kvt_xfer){ .op = KVT_OP_WRITE, .local = src,
+			.remote = (uintptr_t)dst + i * len, .len = len };
+	}
+	cr_assert_eq(kvt_submit(b, p, x, 4, NULL), 0);
+	cr_assert_eq(kvt_fini(), 0);
+	/* The batch outlives the engine; every request has settled. */
+	cr_assert_eq(kvt_poll(b), 0);
+	for (i = 0; i < 4; i++) {
+		st = kvt_status(b, i);
+		cr_assert(st == 0 || st == -ECANCELED, "status %d", st);
+		done += st == 0;
+		cancelled += st == -ECANCELED;
+	}
+	cr_assert_eq(done + cancelled, 4);
+	cr_assert_eq(kvt_batch_free(b), 0);
+	cr_assert_eq(kvt_mem_free(src), 0);
+}
