@@ -93,12 +93,20 @@ int
 tc_peer_start(struct tc_peer *p, const char *opts)
 {
 	const char *bin = getenv("KVT_TESTPEER");
-	char line[256], *argv[64], optbuf[1024];
+	char line[256], *argv[64], optbuf[1024], self[PATH_MAX];
 	int in[2], out[2], n = 0, ret;
+	ssize_t sl;
 
 	memset(p, 0, sizeof(*p));
-	if (bin == NULL)
-		return -ENOENT;
+	if (bin == NULL) {
+		/* Beside the test binary, where meson builds it. */
+		sl = readlink("/proc/self/exe", self, sizeof(self) - 32);
+		if (sl <= 0)
+			return -ENOENT;
+		self[sl] = '\0';
+		strcpy(strrchr(self, '/') + 1, "kvt-testpeer");
+		bin = self;
+	}
 	if (pipe(in) != 0 || pipe(out) != 0)
 		return -errno;
 	snprintf(optbuf, sizeof(optbuf),
@@ -132,15 +140,12 @@ tc_peer_start(struct tc_peer *p, const char *opts)
 	return ret;
 }
 
-static int
-vcmd(struct tc_peer *p, char *buf, size_t len, const char *fmt, va_list ap)
+int
+tc_peer_reply(struct tc_peer *p, char *buf, size_t len)
 {
 	char line[4096];
 	int ret;
 
-	vfprintf(p->in, fmt, ap);
-	fputc('\n', p->in);
-	fflush(p->in);
 	ret = read_line(p->out, line, sizeof(line), TC_REPLY_US);
 	if (ret < 0)
 		return ret;
@@ -150,6 +155,27 @@ vcmd(struct tc_peer *p, char *buf, size_t len, const char *fmt, va_list ap)
 	}
 	snprintf(buf, len, "%s", line[2] == ' ' ? line + 3 : "");
 	return 0;
+}
+
+static int
+vcmd(struct tc_peer *p, char *buf, size_t len, const char *fmt, va_list ap)
+{
+	vfprintf(p->in, fmt, ap);
+	fputc('\n', p->in);
+	fflush(p->in);
+	return tc_peer_reply(p, buf, len);
+}
+
+void
+tc_peer_send(struct tc_peer *p, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vfprintf(p->in, fmt, ap);
+	va_end(ap);
+	fputc('\n', p->in);
+	fflush(p->in);
 }
 
 int

@@ -32,6 +32,10 @@ int tc_peer_cmd(struct tc_peer *p, char *buf, size_t len, const char *fmt, ...)
 /* Send a command and parse the reply's first number. */
 long long tc_peer_num(struct tc_peer *p, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
+/* Send without waiting; take the reply later with tc_peer_reply. */
+void tc_peer_send(struct tc_peer *p, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+int tc_peer_reply(struct tc_peer *p, char *buf, size_t len);
 void tc_peer_kill(struct tc_peer *p);
 void tc_peer_stop(struct tc_peer *p);
 
