@@ -1,0 +1,277 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * The handshake under hostile input: random and truncated frames, bad
+ * headers, malformed fields, wrong secrets.  Each is refused; the listener
+ * keeps serving real peers.
+ */
+#include <errno.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+
+#include <criterion/criterion.h>
+#include <rte_errno.h>
+
+#include "kvt.h"
+#include "kvt_private.h"
+#include "test_common.h"
+
+static int
+dial(const char *addr)
+{
+	struct sockaddr_in sa;
+	int fd;
+
+	cr_assert_eq(kvt_parse_addr(addr, &sa), 0);
+	fd = socket(AF_INET, SOCK_STREAM, 0);
+	cr_assert_geq(fd, 0);
+	cr_assert_eq(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	return fd;
+}
+
+/*
+ * After sending junk, the server must close the connection (possibly
+ * after a REFUSE frame) within its 5 s handshake limit.  @return 1 if
+ * it did.
+ */
+static int
+closed_by_server(int fd)
+{
+	struct pollfd pfd = { .fd = fd, .events = POLLIN };
+	uint64_t until = tc_now_us() + 8000000;
+	char buf[4096];
+	ssize_t n;
+
+	while (tc_now_us() < until) {
+		if (poll(&pfd, 1, 100) <= 0)
+			continue;
+		n = recv(fd, buf, sizeof(buf), 0);
+		if (n <= 0)
+			return 1;
+	}
+	return 0;
+}
+
+static void
+send_all(int fd, const void *p, size_t len)
+{
+	cr_assert_eq(send(fd, p, len, MSG_NOSIGNAL), (ssize_t)len);
+}
+
+static void
+hdr(uint8_t *b, uint32_t magic, uint16_t ver, uint16_t type, uint32_t len)
+{
+	memcpy(b, &magic, 4);
+	memcpy(b + 4, &ver, 2);
+	memcpy(b + 6, &type, 2);
+	memcpy(b + 8, &len, 4);
+}
+
+/* A real engine can still open the peer and move bytes. */
+static void
+still_serves(struct tc_peer *t)
+{
+	struct kvt_xfer x = { .op = KVT_OP_WRITE, .len = 4096 };
+	static uint8_t src[4096];
+	struct kvt_batch *b;
+	struct kvt_peer *p;
+	char buf[64];
+
+	cr_assert_eq(waitpid(t->pid, NULL, WNOHANG), 0, "the peer died");
+	cr_assert_eq(tc_peer_cmd(t, buf, sizeof(buf), "alloc 5 4096 w"), 0);
+	x.remote = strtoull(buf, NULL, 0);
+	x.local = src;
+	cr_assert_not_null(kvt_mem_register(src, sizeof(src), NULL, 0));
+	p = kvt_peer_open(t->addr, 5000);
+	cr_assert_not_null(p, "open after junk: %s", rte_strerror(rte_errno));
+	b = kvt_batch_alloc(1);
+	tc_fill(src, sizeof(src), 9);
+	cr_assert_eq(kvt_submit(b, p, &x, 1, NULL), 0);
+	cr_assert_eq(kvt_wait(b, 5000000), 0);
+	cr_assert_eq(kvt_status(b, 0), 0);
+	cr_assert_eq(tc_peer_cmd(t, buf, sizeof(buf), "sum 5 0 4096"), 0);
+	cr_assert_eq(strtoull(buf, NULL, 16), tc_hash(src, sizeof(src)));
+	kvt_batch_free(b);
+	kvt_peer_close(p);
+}
+
+Test(handshake, hostile_frames, .timeout = 120)
+{
+	uint8_t frame[256], junk[65536];
+	struct tc_peer t;
+	unsigned int i;
+	int fd;
+
+	cr_assert_geq(tc_engine_init("--kvt-pmd shm"), 0);
+	cr_assert_eq(tc_peer_start(&t, "--kvt-pmd shm"), 0);
+	srand(1234);
+
+	/* Random bytes. */
+	for (i = 0; i < sizeof(junk); i++)
+		junk[i] = (uint8_t)rand();
+	fd = dial(t.addr);
+	send_all(fd, junk, sizeof(junk));
+	cr_assert(closed_by_server(fd), "random bytes: still open");
+	close(fd);
+
+	/* Truncated header, then silence: the handshake timer ends it. */
+	fd = dial(t.addr);
+	hdr(frame, KVT_WIRE_MAGIC, KVT_WIRE_VERSION, KVT_W_HELLO, 10);
+	send_all(fd, frame, 5);
+	cr_assert(closed_by_server(fd), "truncated header: still open");
+	close(fd);
+
+	/* Wrong version; unknown type; a length beyond the limit. */
+	fd = dial(t.addr);
+	hdr(frame, KVT_WIRE_MAGIC, 99, KVT_W_HELLO, 0);
+	send_all(fd, frame, 12);
+	cr_assert(closed_by_server(fd), "bad version: still open");
+	close(fd);
+	fd = dial(t.addr);
+	hdr(frame, KVT_WIRE_MAGIC, KVT_WIRE_VERSION, 77, 0);
+	send_all(fd, frame, 12);
+	cr_assert(closed_by_server(fd), "bad type: still open");
+	close(fd);
+	fd = dial(t.addr);
+	hdr(frame, KVT_WIRE_MAGIC, KVT_WIRE_VERSION, KVT_W_HELLO, 1u << 30);
+	send_all(fd, frame, 12);
+	cr_assert(closed_by_server(fd), "huge length: still open");
+	close(fd);
+
+	/* A HELLO whose field claims more bytes than the frame holds. */
+	fd = dial(t.addr);
+	hdr(frame, KVT_WIRE_MAGIC, KVT_WIRE_VERSION, KVT_W_HELLO, 10);
+	frame[12] = KVT_T_NAME;
+	frame[13] = 0;
+	frame[14] = 200;
+	memset(frame + 15, 0, 7);
+	send_all(fd, frame, 22);
+	cr_assert(closed_by_server(fd), "overlong field: still open");
+	close(fd);
+
+	/* A well-formed HELLO lacking required fields. */
+	fd = dial(t.addr);
+	hdr(frame, KVT_WIRE_MAGIC, KVT_WIRE_VERSION, KVT_W_HELLO, 0);
+	send_all(fd, frame, 12);
+	cr_assert(closed_by_server(fd), "empty HELLO: still open");
+	close(fd);
+
+	/* Data-path frames before any HELLO. */
+	fd = dial(t.addr);
+	hdr(frame, KVT_WIRE_MAGIC, KVT_WIRE_VERSION, KVT_W_CONN_REQ, 0);
+	send_all(fd, frame, 12);
+	cr_assert(closed_by_server(fd), "CONN_REQ before HELLO: still open");
+	close(fd);
+
+	still_serves(&t);
+	tc_peer_stop(&t);
+	kvt_fini();
+}
+
+/* Truncations of a valid HELLO, each cut at every length. */
+Test(handshake, every_truncation_refused, .timeout = 120)
+{
+	struct kvt_wire_hello *h = malloc(sizeof(*h));
+	struct kvt_buf b = { 0 };
+	uint8_t id[32] = { 1 };
+	size_t cut;
+
+	cr_assert_eq(kvt_wire_begin(&b, KVT_W_HELLO), 0);
+	kvt_wire_put_str(&b, KVT_T_NAME, "fuzz");
+	kvt_wire_put(&b, KVT_T_HOST_ID, id, sizeof(id));
+	kvt_wire_put_u64(&b, KVT_T_PID, 42);
+	cr_assert_eq(kvt_wire_end(&b), 0);
+	cr_assert_eq(kvt_wire_decode_hello(b.data + KVT_WIRE_HDR,
+					   b.len - KVT_WIRE_HDR, h), 0);
+	cr_assert_str_eq(h->name, "fuzz");
+	for (cut = 0; cut < b.len - KVT_WIRE_HDR; cut++)
+		cr_assert_lt(kvt_wire_decode_hello(b.data + KVT_WIRE_HDR, cut, h), 0,
+			     "accepted a HELLO cut at %zu bytes", cut);
+	kvt_buf_free(&b);
+	free(h);
+}
+
+/* Random payloads never crash the decoders. */
+Test(handshake, decoders_survive_random_input, .timeout = 60)
+{
+	struct kvt_wire_hello *h = malloc(sizeof(*h));
+	struct kvt_wire_region r;
+	uint8_t buf[512];
+	unsigned int i, j, len;
+
+	srand(99);
+	for (i = 0; i < 200000; i++) {
+		len = (unsigned int)rand() % sizeof(buf);
+		for (j = 0; j < len; j++)
+			buf[j] = (uint8_t)(rand() % 4 == 0 ? rand() % 24 : rand());
+		kvt_wire_decode_hello(buf, len, h);
+		kvt_wire_decode_region(buf, len, &r);
+	}
+	free(h);
+}
+
+Test(handshake, secret, .timeout = 120)
+{
+	struct tc_peer good, bad, none;
+	struct kvt_peer *p;
+
+	cr_assert_geq(tc_engine_init("--kvt-pmd shm --kvt-secret s3cret"), 0);
+	cr_assert_eq(tc_peer_start(&good, "--kvt-pmd shm --kvt-secret s3cret"), 0);
+	cr_assert_eq(tc_peer_start(&bad, "--kvt-pmd shm --kvt-secret other"), 0);
+	cr_assert_eq(tc_peer_start(&none, "--kvt-pmd shm"), 0);
+	p = kvt_peer_open(good.addr, 5000);
+	cr_assert_not_null(p);
+	kvt_peer_close(p);
+	cr_assert_null(kvt_peer_open(bad.addr, 5000));
+	cr_assert_eq(rte_errno, EACCES);
+	/* A peer that cannot prove the secret is not trusted either. */
+	cr_assert_null(kvt_peer_open(none.addr, 5000));
+	cr_assert_eq(rte_errno, EACCES);
+	/* A refused peer keeps serving the peers that hold the secret. */
+	cr_assert_neq(tc_peer_cmd(&bad, NULL, 0, "open %s", good.addr), 0);
+	p = kvt_peer_open(good.addr, 5000);
+	cr_assert_not_null(p);
+	kvt_peer_close(p);
+	tc_peer_stop(&good);
+	tc_peer_stop(&bad);
+	tc_peer_stop(&none);
+	kvt_fini();
+}
+
+Test(handshake, open_errors, .timeout = 60)
+{
+	int fd;
+	struct sockaddr_in sa = { .sin_family = AF_INET };
+	socklen_t sl = sizeof(sa);
+	char addr[64];
+
+	cr_assert_geq(tc_engine_init("--kvt-pmd shm"), 0);
+	cr_assert_null(kvt_peer_open("no-port", 1000));
+	cr_assert_eq(rte_errno, EINVAL);
+	cr_assert_null(kvt_peer_open(NULL, 1000));
+	cr_assert_eq(rte_errno, EINVAL);
+	/* A port nobody listens on. */
+	fd = socket(AF_INET, SOCK_STREAM, 0);
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	bind(fd, (struct sockaddr *)&sa, sizeof(sa));
+	getsockname(fd, (struct sockaddr *)&sa, &sl);
+	close(fd);
+	snprintf(addr, sizeof(addr), "127.0.0.1:%u", ntohs(sa.sin_port));
+	cr_assert_null(kvt_peer_open(addr, 1000));
+	cr_assert_eq(rte_errno, ECONNREFUSED);
+	/* Something that accepts but never answers: bounded by the timeout. */
+	fd = socket(AF_INET, SOCK_STREAM, 0);
+	bind(fd, (struct sockaddr *)&sa, sizeof(sa));
+	listen(fd, 4);
+	cr_assert_null(kvt_peer_open(addr, 300));
+	cr_assert_eq(rte_errno, ETIMEDOUT);
+	close(fd);
+	kvt_fini();
+}
