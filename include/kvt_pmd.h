@@ -265,7 +265,7 @@ struct kvt_port {
 	uint64_t inflight_bytes;
 	uint64_t rate_bpus;	/**< recent rate, bytes per microsecond */
 	uint64_t rate_win_bytes;
-	uint64_t rate_win_start;
+	uint64_t rate_win_start;	/**< TSC */
 };
 
 /**

@@ -25,6 +25,7 @@
 #include <string.h>
 #include <time.h>
 
+#include <rte_cycles.h>
 #include <rte_errno.h>
 #include <rte_pause.h>
 
@@ -72,6 +73,9 @@ struct kvt_sub {
 	uint16_t port;		/* ORDERED: the port */
 	uint32_t next_req;	/* queueing cursor */
 	uint64_t next_off;
+	uint64_t slices_left;	/* slices not queued yet */
+	uint64_t wbytes;	/* bytes written / read, for peer stats */
+	uint64_t rbytes;
 	uint32_t claim_first;
 	uint32_t nclaims;
 	struct kvt_rimp *fence_ri;
@@ -256,25 +260,19 @@ slice_done(struct kvt_desc *d, int err)
 	uint32_t len = d->len;
 	unsigned int here = d->port;
 
-	kvt_stripe_account(port, len, kvt_now_us());
+	kvt_stripe_account(port, len, rte_get_tsc_cycles());
 	if (err != 0) {
 		if (retryable(err) && slice_retry(d, r, s))
 			return;
 		port->st.errors++;
-		__atomic_fetch_add(&s->peer->st.errors, 1, __ATOMIC_RELAXED);
 		set_err(&r->err, err);
 		set_err(&s->err, err);
 	} else {
 		port->st.slices++;
-		if (d->op == KVT_DESC_WRITE) {
+		if (d->op == KVT_DESC_WRITE)
 			port->st.write_bytes += len;
-			__atomic_fetch_add(&s->peer->st.write_bytes, len,
-					   __ATOMIC_RELAXED);
-		} else {
+		else
 			port->st.read_bytes += len;
-			__atomic_fetch_add(&s->peer->st.read_bytes, len,
-					   __ATOMIC_RELAXED);
-		}
 	}
 	kvt_desc_free(d);
 	if (s->mode == SUB_ORDERED)
@@ -376,9 +374,8 @@ fill_slice(struct kvt_batch *b, struct kvt_sub *s, struct kvt_desc *d)
 	d->op = r->op == KVT_OP_READ ? KVT_DESC_READ : KVT_DESC_WRITE;
 	d->flags = 0;
 	if (s->mode == SUB_ORDERED) {
+		/* One port, no choice: in-flight bytes are added per burst. */
 		d->port = s->port;
-		__atomic_fetch_add(&kvt_eng->ports[s->port]->inflight_bytes,
-				   len, __ATOMIC_RELAXED);
 	} else {
 		d->port = (uint16_t)kvt_stripe_pick(r->mask, len, b->seq++);
 	}
@@ -437,20 +434,20 @@ pump_sub(struct kvt_batch *b, struct kvt_sub *s)
 	unsigned int k, i, left;
 
 	while (s->next_req < s->first + s->n) {
-		left = 0;
-		for (i = s->next_req; i < s->first + s->n && left < KVT_BURST; i++)
-			left += (unsigned int)RTE_MIN((b->req[i].len -
-				(i == s->next_req ? s->next_off : 0) +
-				kvt_eng->o.slice - 1) / kvt_eng->o.slice,
-				(uint64_t)KVT_BURST);
-		k = RTE_MIN(left, (unsigned int)KVT_BURST);
+		k = (unsigned int)RTE_MIN(s->slices_left, (uint64_t)KVT_BURST);
 		if (rte_mempool_get_bulk(kvt_eng->pool, (void **)d, k) != 0) {
 			k = 1;
 			if (rte_mempool_get_bulk(kvt_eng->pool, (void **)d, 1) != 0)
 				return 0;
 		}
-		for (i = 0; i < k; i++)
+		for (i = 0, left = 0; i < k; i++) {
 			fill_slice(b, s, d[i]);
+			left += d[i]->len;
+		}
+		s->slices_left -= k;
+		if (s->mode == SUB_ORDERED)
+			__atomic_fetch_add(&kvt_eng->ports[s->port]->inflight_bytes,
+					   left, __ATOMIC_RELAXED);
 		if (!enqueue(b, d, k))
 			return 0;
 	}
@@ -538,6 +535,11 @@ check_xfer(struct kvt_sub *s, struct kvt_peer *p, const struct kvt_xfer *x,
 		return KVT_REFUSE(EHOSTUNREACH, "submit: xfer %u: no port reaches peer %s for this memory",
 				  i, p->info.name);
 	r->op = (uint8_t)x->op;
+	s->slices_left += (x->len + kvt_eng->o.slice - 1) / kvt_eng->o.slice;
+	if (x->op == KVT_OP_WRITE)
+		s->wbytes += x->len;
+	else
+		s->rbytes += x->len;
 	r->local = x->local;
 	r->remote = x->remote;
 	r->len = x->len;
@@ -649,19 +651,44 @@ sub_new(struct kvt_batch *b)
 	return sub_at(b, b->nsubs);
 }
 
-/* Take references; the submission holds them until it is finished. */
+/*
+ * Add delta to the in-flight counts of the regions a submission uses.
+ * Requests usually come in long runs over one region pair, so one atomic
+ * per run, not per request.
+ */
 static void
-hold(struct kvt_batch *b, struct kvt_sub *s)
+refs_add(struct kvt_batch *b, struct kvt_sub *s, int64_t delta)
 {
+	struct kvt_mem *m = NULL;
+	struct kvt_rimp *ri = NULL;
+	uint64_t mn = 0, rn = 0;
 	unsigned int i;
 
-	for (i = s->first; i < s->first + s->n; i++) {
-		__atomic_fetch_add(&b->req[i].m->inflight, 1, __ATOMIC_RELAXED);
-		__atomic_fetch_add(&b->req[i].ri->refs, 1, __ATOMIC_RELAXED);
+	for (i = s->first; i <= s->first + s->n; i++) {
+		struct kvt_req *r = i < s->first + s->n ? &b->req[i] : NULL;
+
+		if (m != NULL && (r == NULL || r->m != m)) {
+			__atomic_fetch_add(&m->inflight, mn * (uint64_t)delta,
+					   __ATOMIC_ACQ_REL);
+			mn = 0;
+		}
+		if (ri != NULL && (r == NULL || r->ri != ri)) {
+			__atomic_fetch_add(&ri->refs, rn * (uint64_t)delta,
+					   __ATOMIC_ACQ_REL);
+			rn = 0;
+		}
+		if (r == NULL)
+			break;
+		m = r->m;
+		ri = r->ri;
+		mn++;
+		rn++;
 	}
 	if (s->fence_ri != NULL)
-		__atomic_fetch_add(&s->fence_ri->refs, 1, __ATOMIC_RELAXED);
-	__atomic_fetch_add(&s->peer->inflight, 1, __ATOMIC_RELAXED);
+		__atomic_fetch_add(&s->fence_ri->refs, (uint64_t)delta,
+				   __ATOMIC_ACQ_REL);
+	__atomic_fetch_add(&s->peer->inflight, (uint64_t)delta,
+			   __ATOMIC_ACQ_REL);
 }
 
 static void
@@ -721,7 +748,7 @@ kvt_submit(struct kvt_batch *b, struct kvt_peer *p, const struct kvt_xfer *xf,
 	if (ret == 0 && !(o->flags & KVT_SUBMIT_ALLOW_OVERLAP))
 		ret = claim_writes(b, s);
 	if (ret == 0)
-		hold(b, s);
+		refs_add(b, s, 1);
 	kvt_rcu_read_unlock(tok);
 	if (ret < 0)
 		return ret;
@@ -747,13 +774,16 @@ finish(struct kvt_batch *b, struct kvt_sub *s)
 		return;
 	for (i = s->claim_first; i < s->claim_first + s->nclaims; i++)
 		kvt_claim_drop(&b->claims[i]);
-	for (i = s->first; i < s->first + s->n; i++) {
-		__atomic_fetch_sub(&b->req[i].m->inflight, 1, __ATOMIC_RELEASE);
-		__atomic_fetch_sub(&b->req[i].ri->refs, 1, __ATOMIC_RELEASE);
+	refs_add(b, s, -1);
+	/* Peer counters move per submission: no shared atomics per slice. */
+	if (__atomic_load_n(&s->err, __ATOMIC_ACQUIRE) == 0) {
+		__atomic_fetch_add(&s->peer->st.write_bytes, s->wbytes,
+				   __ATOMIC_RELAXED);
+		__atomic_fetch_add(&s->peer->st.read_bytes, s->rbytes,
+				   __ATOMIC_RELAXED);
+	} else {
+		__atomic_fetch_add(&s->peer->st.errors, 1, __ATOMIC_RELAXED);
 	}
-	if (s->fence_ri != NULL)
-		__atomic_fetch_sub(&s->fence_ri->refs, 1, __ATOMIC_RELEASE);
-	__atomic_fetch_sub(&s->peer->inflight, 1, __ATOMIC_RELEASE);
 	s->finished = 1;
 }
 
@@ -806,7 +836,8 @@ int
 kvt_wait(struct kvt_batch *b, uint64_t timeout_us)
 {
 	struct timespec nap = { 0, 20000 };
-	uint64_t start = kvt_now_us(), now;
+	uint64_t hz_us = rte_get_tsc_hz() / 1000000;
+	uint64_t start = rte_get_tsc_cycles(), el;
 
 	if (!batch_ok(b))
 		return -EINVAL;
@@ -814,12 +845,12 @@ kvt_wait(struct kvt_batch *b, uint64_t timeout_us)
 		pump(b);
 		if (reap(b))
 			return 0;
-		now = kvt_now_us();
-		if (now - start >= timeout_us)
+		el = (rte_get_tsc_cycles() - start) / hz_us;
+		if (el >= timeout_us)
 			return -ETIMEDOUT;
-		/* Spin briefly for latency, then stop competing with the
+		/* Spin a while for latency, then stop competing with the
 		 * lcores for the cpu. */
-		if (now - start < 100)
+		if (el < 500)
 			rte_pause();
 		else
 			nanosleep(&nap, NULL);

@@ -387,7 +387,7 @@ void kvt_claim_drop(struct kvt_claim *c);
 
 /* Choose a port among mask for len bytes. */
 unsigned int kvt_stripe_pick(uint32_t mask, uint32_t len, uint64_t seq);
-void kvt_stripe_account(struct kvt_port *p, uint32_t len, uint64_t now_us);
+void kvt_stripe_account(struct kvt_port *p, uint32_t len, uint64_t now_tsc);
 
 void kvt_batches_cancel_all(void);
 /* Free batches the application freed once their work settled. */

@@ -7,6 +7,8 @@
  * so a port that fell out of favour is still probed and its rate stays
  * current.
  */
+#include <rte_cycles.h>
+
 #include "kvt_private.h"
 
 #define KVT_PROBE_EVERY 64
@@ -57,28 +59,34 @@ kvt_stripe_pick(uint32_t mask, uint32_t len, uint64_t seq)
 	return best;
 }
 
-/* Lcore of p: a slice of len bytes left p. */
+/* Lcore of p: a slice of len bytes left p at TSC time now. */
 void
-kvt_stripe_account(struct kvt_port *p, uint32_t len, uint64_t now_us)
+kvt_stripe_account(struct kvt_port *p, uint32_t len, uint64_t now)
 {
+	static uint64_t win;	/* window length in TSC cycles */
 	uint64_t el, rate;
 
+
+	if (win == 0)
+		win = rte_get_tsc_hz() / 1000000 * KVT_RATE_WINDOW_US;
 	__atomic_fetch_sub(&p->inflight_bytes, len, __ATOMIC_RELAXED);
-	el = now_us - p->rate_win_start;
-	if (p->rate_win_start == 0 || el > 100 * KVT_RATE_WINDOW_US) {
+	el = now - p->rate_win_start;
+	if (p->rate_win_start == 0 || el > 100 * win) {
 		/* First slice, or the port sat idle: idle time is not slowness. */
-		p->rate_win_start = now_us;
+		p->rate_win_start = now;
 		p->rate_win_bytes = len;
 		return;
 	}
 	p->rate_win_bytes += len;
-	if (el < KVT_RATE_WINDOW_US)
+	if (el < win)
 		return;
-	rate = p->rate_win_bytes / el;
+	/* Bytes per microsecond over the window (win cycles = 1 ms). */
+	rate = p->rate_win_bytes / RTE_MAX(el * KVT_RATE_WINDOW_US / win,
+					   (uint64_t)1);
 	/* Weigh the new window 1/4 so one hiccup does not starve a rail. */
 	rate = p->rate_bpus != 0 ? (p->rate_bpus * 3 + rate) / 4 : rate;
 	__atomic_store_n(&p->rate_bpus, RTE_MAX(rate, (uint64_t)1),
 			 __ATOMIC_RELAXED);
 	p->rate_win_bytes = 0;
-	p->rate_win_start = now_us;
+	p->rate_win_start = now;
 }
