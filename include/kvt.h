@@ -268,7 +268,8 @@ int kvt_batch_free(struct kvt_batch *batch);
 int kvt_batch_reset(struct kvt_batch *batch);
 
 /**
- * Submit n requests to a peer as one submission.
+ * Submit n requests to a peer as one submission.  n may be 0 when the
+ * submission carries a fence or a notification (a message on its own).
  *
  * Every request is validated before anything is queued; on error nothing
  * is queued.  The requests are cut into slices (--kvt-slice) spread over
@@ -281,7 +282,7 @@ int kvt_batch_reset(struct kvt_batch *batch);
  * @return
  *   Index in the batch of the first request (for kvt_status()), or:
  *   - -EINVAL: bad batch, peer, op, zero length, reserved field set, room
- *     0, or notification longer than KVT_NOTIFY_MAX.
+ *     0, notification longer than KVT_NOTIFY_MAX, or nothing to do.
  *   - -EFAULT: a local range is not inside one registered region.
  *   - -ERANGE: a remote range is not inside one region the peer exports.
  *   - -EPERM: the remote region does not allow this op.

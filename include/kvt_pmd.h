@@ -314,6 +314,13 @@ int kvt_inbox_push(struct kvt_inbox *ib, const void *data, uint32_t len);
 int kvt_inbox_attach(struct kvt_inbox *ib, const char *peer);
 /** Stop reading an inbox; it may be unmapped on return. */
 void kvt_inbox_detach(struct kvt_inbox *ib);
+/**
+ * Stop reading an inbox once the application has taken the messages left
+ * in it (bounded by a grace period), then call release(arg), which may
+ * unmap it.  For connections that close with messages still queued.
+ */
+void kvt_inbox_retire(struct kvt_inbox *ib, void (*release)(void *),
+		      void *arg);
 
 /** Current TSC in microseconds. */
 uint64_t kvt_now_us(void);

@@ -167,7 +167,8 @@ tail_issue(struct kvt_sub *s, struct kvt_desc *d, unsigned int here)
 		tail_done(d, -ECONNRESET);
 		return;
 	}
-	port = (mask & (1u << here)) ? here : (unsigned int)__builtin_ctz(mask);
+	port = here < KVT_MAX_PORTS && (mask & (1u << here)) ? here :
+		(unsigned int)__builtin_ctz(mask);
 	d->port = (uint16_t)port;
 	d->conn = s->peer->conn[port];
 	if (port == here) {
@@ -433,7 +434,7 @@ pump_sub(struct kvt_batch *b, struct kvt_sub *s)
 	struct kvt_desc *d[KVT_BURST];
 	unsigned int k, i, left;
 
-	while (s->next_req < s->first + s->n) {
+	while (s->slices_left > 0) {
 		k = (unsigned int)RTE_MIN(s->slices_left, (uint64_t)KVT_BURST);
 		if (rte_mempool_get_bulk(kvt_eng->pool, (void **)d, k) != 0) {
 			k = 1;
@@ -620,9 +621,8 @@ claim_writes(struct kvt_batch *b, struct kvt_sub *s)
 		if (ret < 0) {
 			while (b->nclaims > s->claim_first)
 				kvt_claim_drop(&b->claims[--b->nclaims]);
-			KVT_LOG(ERR, "submit: a write to %#" PRIx64 "..%#" PRIx64 " overlaps a write in flight",
-				r[start].lo, r[i - 1].hi);
-			return ret;
+			return KVT_REFUSE(-ret, "submit: a write to %#" PRIx64 "..%#" PRIx64 " overlaps a write in flight",
+					  r[start].lo, r[i - 1].hi);
 		}
 		b->nclaims++;
 		b->claimed = 1;
@@ -700,6 +700,11 @@ choose_mode(struct kvt_batch *b, struct kvt_sub *s)
 	for (i = s->first; i < s->first + s->n; i++)
 		all |= b->req[i].mask;
 	s->mode = SUB_STRIPED;
+	if (all == 0) {
+		/* No data: the tail picks its own port. */
+		s->port = 0;
+		return;
+	}
 	port = (unsigned int)__builtin_ctz(all);
 	if ((all & (all - 1)) == 0 &&
 	    (kvt_eng->ports[port]->pmd->ops->flags & KVT_PMD_F_ORDERED) &&
@@ -723,13 +728,16 @@ kvt_submit(struct kvt_batch *b, struct kvt_peer *p, const struct kvt_xfer *xf,
 
 	if (kvt_eng == NULL)
 		return -ENODEV;
-	if (!batch_ok(b) || !kvt_peer_valid(p) || xf == NULL || n == 0)
-		return KVT_REFUSE(EINVAL, "submit: bad batch, peer or empty request list");
+	if (!batch_ok(b) || !kvt_peer_valid(p) || (xf == NULL && n > 0))
+		return KVT_REFUSE(EINVAL, "submit: bad batch or peer");
+	if (n == 0 && (o->notify_len == 0 && !(o->flags & KVT_SUBMIT_FENCE)))
+		return KVT_REFUSE(EINVAL, "submit: no request, fence or notification");
 	if (__atomic_load_n(&p->state, __ATOMIC_ACQUIRE) != KVT_PEER_UP)
 		return KVT_REFUSE(ECONNRESET, "submit: peer %s was lost", p->info.name);
-	if (n > b->cap - b->used)
+	/* A message on its own still takes one slot, for kvt_status(). */
+	if (RTE_MAX(n, 1u) > b->cap - b->used)
 		return KVT_REFUSE(ENOSPC, "submit: batch full (%u of %u used, %u more asked)",
-				  b->used, b->cap, n);
+				  b->used, b->cap, RTE_MAX(n, 1u));
 	s = sub_new(b);
 	if (s == NULL)
 		return -ENOMEM;
@@ -755,8 +763,20 @@ kvt_submit(struct kvt_batch *b, struct kvt_peer *p, const struct kvt_xfer *xf,
 
 	choose_mode(b, s);
 	tails_prepare(s, o);
-	b->used += n;
+	if (n == 0) {
+		memset(&b->req[b->used], 0, sizeof(b->req[0]));
+		b->req[b->used].s = s;
+		s->n = 1;
+		s->pending = 0;
+	}
+	b->used += s->n;
 	b->nsubs++;
+	if (n == 0) {
+		/* Only a fence and/or a notification: they go out now. */
+		if (!lcores_up())
+			set_err(&s->err, -ECANCELED);
+		tails_start(s, KVT_MAX_PORTS);
+	}
 	pump(b);
 	return (int)s->first;
 }
@@ -1039,6 +1059,7 @@ cancel_unqueued(struct kvt_batch *b)
 		s = sub_at(b, i);
 		for (; s->next_req < s->first + s->n; s->next_req++)
 			set_err(&b->req[s->next_req].err, -ECANCELED);
+		s->slices_left = 0;
 		set_err(&s->err, -ECANCELED);
 	}
 	b->pump = b->nsubs;

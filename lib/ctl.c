@@ -585,6 +585,7 @@ ctl_tick(uint64_t now)
 		}
 	}
 	kvt_batches_reap_zombies();
+	kvt_inbox_reap_retired(0);
 	for (s = kvt_eng->sessions; s != NULL; s = next) {
 		next = s->next;
 		if ((!s->authed && now - s->opened_us > KVT_HANDSHAKE_US) ||

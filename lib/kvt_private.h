@@ -403,6 +403,8 @@ int kvt_notify_init(void);
 void kvt_notify_fini(void);
 struct kvt_inbox *kvt_inbox_local_new(void);
 void kvt_inbox_local_free(struct kvt_inbox *ib);
+/* Detach retired inboxes that are empty or too old (all: every one). */
+void kvt_inbox_reap_retired(int all);
 int kvt_stats_init(void);
 
 /* ------------------------------------------------------------------ */
@@ -436,8 +438,13 @@ struct kvt_engine {
 
 extern struct kvt_engine *kvt_eng;
 
-/* Log a refusal, then return -err / set rte_errno. */
-#define KVT_REFUSE(err, fmt, ...)					\
-	(KVT_LOG(ERR, fmt, ##__VA_ARGS__), -(err))
+/*
+ * Log why a call was refused and return -err.  Refusals come in storms
+ * (a retry loop on -EBUSY), so at most a few per second are printed and
+ * the rest counted.
+ */
+int kvt_refuse(int err, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+#define KVT_REFUSE(err, fmt, ...) kvt_refuse(err, fmt, ##__VA_ARGS__)
 
 #endif /* KVT_PRIVATE_H */

@@ -403,7 +403,9 @@ host_alloc(struct kvt_alloc *a, int node)
 	if (ftruncate(a->fd, (off_t)a->len) != 0 || fstat(a->fd, &st) != 0)
 		goto close_fd;
 	a->ino = st.st_ino;
-	p = mmap(NULL, a->len, PROT_READ | PROT_WRITE, MAP_SHARED, a->fd, 0);
+	/* Populated now: first-touch faults would land in the transfers. */
+	p = mmap(NULL, a->len, PROT_READ | PROT_WRITE,
+		 MAP_SHARED | MAP_POPULATE, a->fd, 0);
 	if (p == MAP_FAILED)
 		goto close_fd;
 	a->addr = p;

@@ -49,6 +49,23 @@ static struct kvt_inbox_set *inboxes;
 static pthread_mutex_t inbox_lock = PTHREAD_MUTEX_INITIALIZER;
 static unsigned int poll_start;
 
+/*
+ * Inboxes of connections that closed: kept readable until the
+ * application took what is left in them (or the grace period ends), so
+ * a message sent just before the peer went away is not lost.
+ */
+#define KVT_INBOX_GRACE_US (30ull * 1000 * 1000)
+
+struct kvt_inbox_retired {
+	struct kvt_inbox *ib;
+	void (*release)(void *);
+	void *arg;
+	uint64_t since_us;
+	struct kvt_inbox_retired *next;
+};
+
+static struct kvt_inbox_retired *retired;	/* under inbox_lock */
+
 size_t
 kvt_inbox_size(uint32_t n)
 {
@@ -185,6 +202,59 @@ kvt_inbox_detach(struct kvt_inbox *ib)
 	kvt_rcu_synchronize();
 }
 
+void
+kvt_inbox_retire(struct kvt_inbox *ib, void (*release)(void *), void *arg)
+{
+	struct kvt_inbox_retired *r = malloc(sizeof(*r));
+
+	if (r == NULL) {
+		kvt_inbox_detach(ib);
+		release(arg);
+		return;
+	}
+	r->ib = ib;
+	r->release = release;
+	r->arg = arg;
+	r->since_us = kvt_now_us();
+	pthread_mutex_lock(&inbox_lock);
+	r->next = retired;
+	retired = r;
+	pthread_mutex_unlock(&inbox_lock);
+}
+
+static int
+inbox_empty(const struct kvt_inbox *ib)
+{
+	return __atomic_load_n(&ib->head, __ATOMIC_ACQUIRE) ==
+		__atomic_load_n(&ib->tail, __ATOMIC_ACQUIRE);
+}
+
+void
+kvt_inbox_reap_retired(int all)
+{
+	struct kvt_inbox_retired **pp, *r, *done = NULL;
+	uint64_t now = kvt_now_us();
+
+	pthread_mutex_lock(&inbox_lock);
+	for (pp = &retired; (r = *pp) != NULL;) {
+		if (all || inbox_empty(r->ib) ||
+		    now - r->since_us > KVT_INBOX_GRACE_US) {
+			*pp = r->next;
+			r->next = done;
+			done = r;
+		} else {
+			pp = &r->next;
+		}
+	}
+	pthread_mutex_unlock(&inbox_lock);
+	while ((r = done) != NULL) {
+		done = r->next;
+		kvt_inbox_detach(r->ib);
+		r->release(r->arg);
+		free(r);
+	}
+}
+
 struct kvt_inbox *
 kvt_inbox_local_new(void)
 {
@@ -213,6 +283,7 @@ kvt_notify_init(void)
 void
 kvt_notify_fini(void)
 {
+	kvt_inbox_reap_retired(1);
 	pthread_mutex_lock(&inbox_lock);
 	set_publish(NULL);
 	pthread_mutex_unlock(&inbox_lock);

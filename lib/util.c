@@ -1,6 +1,8 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /* Small helpers shared by the engine and the PMDs. */
 #include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -55,4 +57,35 @@ kvt_now_us(void)
 				  hz);
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (uint64_t)ts.tv_sec * 1000000 + (uint64_t)ts.tv_nsec / 1000;
+}
+
+#define KVT_REFUSE_PER_SEC 10
+
+int
+kvt_refuse(int err, const char *fmt, ...)
+{
+	static uint64_t window, printed, dropped;
+	uint64_t now = kvt_now_us() / 1000000, w, d;
+	char msg[512];
+	va_list ap;
+
+	/* Racy counters are fine: this only decides what to print. */
+	w = __atomic_load_n(&window, __ATOMIC_RELAXED);
+	if (w != now) {
+		__atomic_store_n(&window, now, __ATOMIC_RELAXED);
+		__atomic_store_n(&printed, 0, __ATOMIC_RELAXED);
+		d = __atomic_exchange_n(&dropped, 0, __ATOMIC_RELAXED);
+		if (d != 0)
+			KVT_LOG(ERR, "%" PRIu64 " more refusals not shown", d);
+	}
+	if (__atomic_fetch_add(&printed, 1, __ATOMIC_RELAXED) >=
+	    KVT_REFUSE_PER_SEC) {
+		__atomic_fetch_add(&dropped, 1, __ATOMIC_RELAXED);
+		return -err;
+	}
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	KVT_LOG(ERR, "%s", msg);
+	return -err;
 }

@@ -234,7 +234,8 @@ map_peer_fd(uint32_t pid, int fd, uint64_t ino, uint64_t off, uint64_t len,
 	}
 	*delta = (size_t)(off - aoff);
 	*maplen = (size_t)(len + *delta);
-	p = mmap(NULL, *maplen, prot, MAP_SHARED, pfd, (off_t)aoff);
+	p = mmap(NULL, *maplen, prot, MAP_SHARED | MAP_POPULATE, pfd,
+		 (off_t)aoff);
 	close(pfd);
 	return p == MAP_FAILED ? NULL : p;
 }
@@ -406,18 +407,27 @@ shm_conn_ready(struct kvt_conn *c, const uint8_t *rep, size_t len)
 }
 
 static void
+inbox_release(void *arg)
+{
+	struct shm_conn *sc = arg;
+
+	munmap(sc->inbox, sc->inbox_len);
+	close(sc->inbox_fd);
+	free(sc);
+}
+
+static void
 shm_conn_close(struct kvt_conn *c)
 {
 	struct shm_conn *sc = (struct shm_conn *)c;
 
 	if (sc->peer_inbox != NULL)
 		munmap(sc->peer_inbox, sc->peer_inbox_len);
-	if (sc->inbox != NULL) {
-		kvt_inbox_detach(sc->inbox);
-		munmap(sc->inbox, sc->inbox_len);
-		close(sc->inbox_fd);
-	}
-	free(sc);
+	if (sc->inbox != NULL)
+		/* Messages the peer sent before it left are still ours. */
+		kvt_inbox_retire(sc->inbox, inbox_release, sc);
+	else
+		free(sc);
 }
 
 static const struct kvt_pmd_ops shm_ops = {

@@ -1,0 +1,562 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * kvfwd initiator: threads that submit batches to the target and time
+ * them.  Plain mode writes (or reads) blocks into each thread's share of
+ * the target buffer.  Fence mode takes (slot, room) credits from the
+ * target and writes each block with its fence; several threads share the
+ * credits, so the same destination slots are reused by different threads
+ * round after round.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <rte_common.h>
+#include <rte_errno.h>
+
+#include "kvfwd.h"
+
+#define MAX_SAMPLES (1u << 20)
+#define CREDIT_WAIT_S 10.0
+#define WAIT_US (30ull * 1000 * 1000)
+
+struct samples {
+	double *v;
+	size_t n;
+};
+
+struct shared {
+	const struct kvfwd_opts *o;
+	struct kvt_peer *peer;
+	uint64_t rbase;		/* target buffer */
+	uint64_t rlen;
+	uint64_t ftable;	/* target fence table */
+	double t0;
+	double deadline;	/* 0: by bytes */
+	uint64_t bytes_left;	/* atomic, by-bytes runs */
+	uint64_t bytes_done;	/* atomic, for the progress line */
+	uint64_t blocks_sent;	/* atomic, for the fault */
+	int failed;
+	/* credits */
+	pthread_mutex_t lock;
+	struct kvfwd_credit *credits;
+	size_t ncredits;
+	size_t cap;
+	char result[128];
+};
+
+struct worker {
+	struct shared *sh;
+	unsigned int id;
+	uint8_t *src;
+	pthread_t th;
+	uint64_t requests;
+	uint64_t errors;
+	uint64_t bytes;
+	struct samples req;
+	struct samples batch;
+};
+
+static void
+sample(struct samples *s, double v)
+{
+	if (s->n < MAX_SAMPLES)
+		s->v[s->n++] = v;
+}
+
+/* Take up to max blocks' worth of the byte budget; 0 when it is spent. */
+static unsigned int
+take_blocks(struct shared *sh, unsigned int max)
+{
+	uint64_t want = (uint64_t)max * sh->o->block, left;
+
+	if (sh->deadline > 0)
+		return kvfwd_now() < sh->deadline ? max : 0;
+	left = __atomic_load_n(&sh->bytes_left, __ATOMIC_RELAXED);
+	do {
+		if (left == 0)
+			return 0;
+		want = RTE_MIN(want, left);
+	} while (!__atomic_compare_exchange_n(&sh->bytes_left, &left,
+					      left - want, true,
+					      __ATOMIC_RELAXED,
+					      __ATOMIC_RELAXED));
+	return (unsigned int)((want + sh->o->block - 1) / sh->o->block);
+}
+
+/* Note each request's completion as soon as it is seen. */
+static int
+wait_timed(struct worker *w, struct kvt_batch *b, unsigned int n, double t0)
+{
+	unsigned int cur = 0;
+	double deadline = t0 + (double)WAIT_US / 1e6;
+	int st;
+
+	while (cur < n) {
+		kvt_poll(b);
+		while (cur < n && (st = kvt_status(b, cur)) != -EINPROGRESS) {
+			sample(&w->req, (kvfwd_now() - t0) * 1e6);
+			if (st != 0) {
+				if (w->errors++ == 0)
+					fprintf(stderr, "kvfwd: request failed: %s\n",
+						strerror(-st));
+			}
+			cur++;
+		}
+		if (kvfwd_now() > deadline)
+			return -ETIMEDOUT;
+	}
+	sample(&w->batch, (kvfwd_now() - t0) * 1e6);
+	return 0;
+}
+
+static void
+read_check(struct worker *w, unsigned int n, uint64_t first_block)
+{
+	const struct kvfwd_opts *o = w->sh->o;
+	unsigned int i;
+
+	for (i = 0; i < n; i++)
+		if (!kvfwd_pattern_ok(w->src + i * o->block, o->block,
+				      first_block + i + 1))
+			w->errors++;
+}
+
+/* Plain mode: blocks go to this thread's share of the target buffer. */
+static void *
+plain_worker(void *arg)
+{
+	struct worker *w = arg;
+	struct shared *sh = w->sh;
+	const struct kvfwd_opts *o = sh->o;
+	uint64_t share = sh->rlen / o->threads / o->block;
+	uint64_t first = w->id * share, next = 0;
+	struct kvt_xfer *x = calloc(o->batch, sizeof(*x));
+	struct kvt_batch *b = kvt_batch_alloc(o->batch);
+	unsigned int n, i;
+	double t0;
+
+	while (x != NULL && b != NULL && !sh->failed &&
+	       (n = take_blocks(sh, o->batch)) > 0) {
+		if (next + n > share)
+			next = 0;
+		for (i = 0; i < n; i++)
+			x[i] = (struct kvt_xfer){ .op = o->op,
+				.local = w->src + (uint64_t)i * o->block,
+				.remote = sh->rbase + (first + next + i) * o->block,
+				.len = o->block };
+		t0 = kvfwd_now();
+		if (kvt_submit(b, sh->peer, x, n, NULL) < 0 ||
+		    wait_timed(w, b, n, t0) < 0) {
+			fprintf(stderr, "kvfwd: submit/wait failed\n");
+			sh->failed = 1;
+			break;
+		}
+		if (o->verify && o->op == KVT_OP_READ)
+			read_check(w, n, first + next);
+		kvt_batch_reset(b);
+		w->requests += n;
+		w->bytes += (uint64_t)n * o->block;
+		__atomic_fetch_add(&sh->bytes_done, (uint64_t)n * o->block,
+				   __ATOMIC_RELAXED);
+		next += n;
+	}
+	kvt_batch_free(b);
+	free(x);
+	return NULL;
+}
+
+/* Pull credit messages out of the notifications. */
+static void
+pump_credits(struct shared *sh)
+{
+	struct kvt_notify_msg m[8];
+	int n, i;
+	size_t k;
+
+	n = kvt_notify_poll(m, RTE_DIM(m));
+	for (i = 0; i < n; i++) {
+		if (m[i].len >= 8 && m[i].data[0] == KVFWD_MSG_CREDIT) {
+			k = m[i].data[1];
+			if (8 + k * sizeof(struct kvfwd_credit) > m[i].len)
+				continue;
+			pthread_mutex_lock(&sh->lock);
+			if (sh->ncredits + k > sh->cap) {
+				sh->cap = (sh->ncredits + k) * 2;
+				sh->credits = realloc(sh->credits,
+						      sh->cap * sizeof(*sh->credits));
+			}
+			memcpy(sh->credits + sh->ncredits, m[i].data + 8,
+			       k * sizeof(struct kvfwd_credit));
+			sh->ncredits += k;
+			pthread_mutex_unlock(&sh->lock);
+		} else {
+			/* "ready" or "result ..." */
+			pthread_mutex_lock(&sh->lock);
+			snprintf(sh->result, sizeof(sh->result), "%.*s",
+				 (int)m[i].len, m[i].data);
+			pthread_mutex_unlock(&sh->lock);
+		}
+	}
+}
+
+static unsigned int
+take_credits(struct shared *sh, struct kvfwd_credit *out, unsigned int max)
+{
+	struct timespec nap = { 0, 10000 };
+	double until = kvfwd_now() + CREDIT_WAIT_S;
+	unsigned int n = 0;
+
+	while (n == 0 && kvfwd_now() < until && !sh->failed) {
+		pump_credits(sh);
+		pthread_mutex_lock(&sh->lock);
+		n = (unsigned int)RTE_MIN((size_t)max, sh->ncredits);
+		/* Oldest first, so every slot keeps moving. */
+		memcpy(out, sh->credits, n * sizeof(*out));
+		memmove(sh->credits, sh->credits + n,
+			(sh->ncredits - n) * sizeof(*out));
+		sh->ncredits -= n;
+		pthread_mutex_unlock(&sh->lock);
+		if (n == 0)
+			nanosleep(&nap, NULL);
+	}
+	return n;
+}
+
+/* Submit one block with its fence; a slot another thread's write still
+ * holds (not reaped yet) is retried briefly. */
+static int
+submit_fenced(struct shared *sh, struct kvt_batch *b, uint8_t *src,
+	      const struct kvfwd_credit *c)
+{
+	const struct kvfwd_opts *o = sh->o;
+	struct kvt_xfer x = { .op = KVT_OP_WRITE, .local = src,
+			      .remote = sh->rbase + (uint64_t)c->slot * o->block,
+			      .len = o->block };
+	struct kvt_submit_opts so = { .flags = KVT_SUBMIT_FENCE,
+		.fence = { .table = sh->ftable, .slot = c->slot, .room = c->room } };
+	struct timespec nap = { 0, 5000 };
+	int ret, tries;
+
+	for (tries = 0; tries < 20000; tries++) {
+		ret = kvt_submit(b, sh->peer, &x, 1, &so);
+		if (ret != -EBUSY)
+			return ret;
+		nanosleep(&nap, NULL);
+	}
+	return ret;
+}
+
+static void *
+fence_worker(void *arg)
+{
+	struct worker *w = arg;
+	struct shared *sh = w->sh;
+	const struct kvfwd_opts *o = sh->o;
+	struct kvfwd_credit *c = calloc(o->batch, sizeof(*c));
+	struct kvt_batch *b = kvt_batch_alloc(o->batch);
+	unsigned int n, i, want;
+	uint8_t *src;
+	double t0;
+
+	if (!o->verify)
+		kvfwd_pattern(w->src, (uint64_t)o->batch * o->block, w->id);
+	while (c != NULL && b != NULL && !sh->failed &&
+	       (want = take_blocks(sh, o->batch)) > 0) {
+		n = take_credits(sh, c, want);
+		if (n == 0) {
+			fprintf(stderr, "kvfwd: no credits from the target in %.0f s\n",
+				CREDIT_WAIT_S);
+			sh->failed = 1;
+			break;
+		}
+		if (n < want && sh->deadline == 0)
+			__atomic_fetch_add(&sh->bytes_left,
+					   (uint64_t)(want - n) * o->block,
+					   __ATOMIC_RELAXED);
+		t0 = kvfwd_now();
+		for (i = 0; i < n; i++) {
+			src = w->src + (uint64_t)i * o->block;
+			if (o->verify) {
+				kvfwd_pattern(src, o->block, c[i].room);
+				/* Test-only fault: damage one block. */
+				if (__atomic_fetch_add(&sh->blocks_sent, 1,
+						       __ATOMIC_RELAXED) ==
+				    (uint64_t)o->fault_block)
+					src[o->block / 2] ^= 0x5a;
+			}
+			if (submit_fenced(sh, b, src, &c[i]) < 0) {
+				fprintf(stderr, "kvfwd: fenced submit failed\n");
+				sh->failed = 1;
+				break;
+			}
+		}
+		if (sh->failed || wait_timed(w, b, n, t0) < 0) {
+			sh->failed = 1;
+			break;
+		}
+		kvt_batch_reset(b);
+		w->requests += n;
+		w->bytes += (uint64_t)n * o->block;
+		__atomic_fetch_add(&sh->bytes_done, (uint64_t)n * o->block,
+				   __ATOMIC_RELAXED);
+	}
+	kvt_batch_free(b);
+	free(c);
+	return NULL;
+}
+
+/* The target's buffer and fence table, from what it exports. */
+static int
+find_regions(struct shared *sh)
+{
+	struct kvt_region r[64];
+	double until = kvfwd_now() + 5;
+	int n, i;
+
+	do {
+		n = kvt_peer_regions(sh->peer, r, RTE_DIM(r));
+		for (i = 0; i < n && i < (int)RTE_DIM(r); i++) {
+			if (r[i].fence_slots > 0)
+				sh->ftable = r[i].base;
+			else if (r[i].len > sh->rlen &&
+				 (r[i].flags & KVT_MEM_REMOTE_WRITE))
+				sh->rbase = r[i].base, sh->rlen = r[i].len;
+		}
+	} while ((sh->rlen == 0 || sh->ftable == 0) && kvfwd_now() < until &&
+		 usleep(10000) == 0);
+	return sh->rlen != 0 ? 0 : -ENOENT;
+}
+
+static int
+say(struct shared *sh, const char *text)
+{
+	struct kvt_submit_opts so = { .notify = text,
+				      .notify_len = (uint32_t)strlen(text) };
+	struct kvt_batch *b = kvt_batch_alloc(1);
+	int ret;
+
+	ret = kvt_submit(b, sh->peer, NULL, 0, &so);
+	if (ret >= 0)
+		ret = kvt_wait(b, 5000000);
+	if (ret == 0)
+		ret = kvt_status(b, 0);
+	kvt_batch_free(b);
+	return ret;
+}
+
+/* Wait for a text message from the target starting with prefix. */
+static int
+wait_text(struct shared *sh, const char *prefix)
+{
+	double until = kvfwd_now() + 30;
+	int found = 0;
+
+	while (!found && kvfwd_now() < until) {
+		pump_credits(sh);
+		pthread_mutex_lock(&sh->lock);
+		found = strncmp(sh->result, prefix, strlen(prefix)) == 0;
+		pthread_mutex_unlock(&sh->lock);
+		if (!found)
+			usleep(1000);
+	}
+	return found ? 0 : -ETIMEDOUT;
+}
+
+static void
+progress(struct shared *sh, struct worker *w)
+{
+	double last = kvfwd_now(), now;
+	uint64_t prev = 0, done;
+	unsigned int i, running;
+	char gb[32];
+
+	do {
+		usleep(100000);
+		running = 0;
+		for (i = 0; i < sh->o->threads; i++)
+			running += pthread_tryjoin_np(w[i].th, NULL) == EBUSY;
+		now = kvfwd_now();
+		if (now - last >= 1.0 || running == 0) {
+			done = __atomic_load_n(&sh->bytes_done, __ATOMIC_RELAXED);
+			kvfwd_fmt_bytes(gb, sizeof(gb), (double)done);
+			printf("\r  %6.1f s  %10s moved  %8.2f GB/s", now - sh->t0,
+			       gb, (double)(done - prev) / (now - last) / 1e9);
+			fflush(stdout);
+			prev = done;
+			last = now;
+		}
+	} while (running > 0);
+	printf("\n");
+}
+
+static int
+merge(struct kvfwd_result *res, struct worker *w, unsigned int n)
+{
+	unsigned int i;
+
+	res->req_lat = malloc(n * MAX_SAMPLES * sizeof(double));
+	res->batch_lat = malloc(n * MAX_SAMPLES * sizeof(double));
+	if (res->req_lat == NULL || res->batch_lat == NULL)
+		return -ENOMEM;
+	for (i = 0; i < n; i++) {
+		res->bytes += w[i].bytes;
+		res->requests += w[i].requests;
+		res->errors += w[i].errors;
+		memcpy(res->req_lat + res->n_req_lat, w[i].req.v,
+		       w[i].req.n * sizeof(double));
+		res->n_req_lat += w[i].req.n;
+		memcpy(res->batch_lat + res->n_batch_lat, w[i].batch.v,
+		       w[i].batch.n * sizeof(double));
+		res->n_batch_lat += w[i].batch.n;
+		free(w[i].req.v);
+		free(w[i].batch.v);
+	}
+	return 0;
+}
+
+/* One untimed pass over the target buffer, so first-touch costs (page
+ * tables, lazily backed memory) do not land in the measurement. */
+static int
+warm_up(struct shared *sh, uint8_t *src)
+{
+	const struct kvfwd_opts *o = sh->o;
+	struct kvt_xfer *x = calloc(o->batch, sizeof(*x));
+	struct kvt_batch *b = kvt_batch_alloc(o->batch);
+	uint64_t nblk = sh->rlen / o->block, blk = 0;
+	unsigned int i, n;
+	int ret = 0;
+
+	while (ret == 0 && x != NULL && b != NULL && blk < nblk) {
+		n = (unsigned int)RTE_MIN((uint64_t)o->batch, nblk - blk);
+		for (i = 0; i < n; i++)
+			x[i] = (struct kvt_xfer){ .op = o->op,
+				.local = src + (uint64_t)i * o->block,
+				.remote = sh->rbase + (blk + i) * o->block,
+				.len = o->block };
+		ret = kvt_submit(b, sh->peer, x, n, NULL);
+		if (ret >= 0)
+			ret = kvt_wait(b, WAIT_US);
+		kvt_batch_reset(b);
+		blk += n;
+	}
+	kvt_batch_free(b);
+	free(x);
+	return ret;
+}
+
+static int
+check_sizes(const struct kvfwd_opts *o, const struct shared *sh)
+{
+	char a[32], b[32];
+
+	if (!o->fence && sh->rlen / o->threads < (uint64_t)o->batch * o->block) {
+		kvfwd_fmt_bytes(a, sizeof(a), (double)sh->rlen);
+		kvfwd_fmt_bytes(b, sizeof(b),
+				(double)o->threads * o->batch * o->block);
+		fprintf(stderr, "kvfwd: target buffer %s is smaller than threads x batch x block = %s\n",
+			a, b);
+		return -1;
+	}
+	if (o->fence && (sh->ftable == 0 || sh->rlen < o->block)) {
+		fprintf(stderr, "kvfwd: target has no fence table or a buffer smaller than one block\n");
+		return -1;
+	}
+	return 0;
+}
+
+int
+kvfwd_initiator(const struct kvfwd_opts *o, struct kvfwd_result *res)
+{
+	struct shared sh = { .o = o, .lock = PTHREAD_MUTEX_INITIALIZER };
+	struct worker *w;
+	char hello[192], addr[64];
+	unsigned int i;
+	int ret = 0, tty = isatty(1) && !o->json;
+
+	sh.peer = kvt_peer_open(o->peer, 5000);
+	if (sh.peer == NULL) {
+		fprintf(stderr, "kvfwd: cannot reach target %s: %s\n", o->peer,
+			rte_strerror(rte_errno));
+		return KVFWD_EXIT_PEER;
+	}
+	if (find_regions(&sh) < 0 || check_sizes(o, &sh) < 0) {
+		if (sh.rlen == 0)
+			fprintf(stderr, "kvfwd: target %s exports no writable buffer\n",
+				o->peer);
+		kvt_peer_close(sh.peer);
+		return sh.rlen == 0 ? KVFWD_EXIT_PEER : KVFWD_EXIT_USAGE;
+	}
+	if (o->fence || o->verify) {
+		kvt_listen_addr(addr, sizeof(addr));
+		snprintf(hello, sizeof(hello), "hello %s %" PRIu64 " %s %d", addr,
+			 o->block, o->op == KVT_OP_READ ? "read" : "write",
+			 o->verify);
+		if (say(&sh, hello) != 0 || wait_text(&sh, "ready") < 0) {
+			fprintf(stderr, "kvfwd: target did not answer our hello\n");
+			kvt_peer_close(sh.peer);
+			return KVFWD_EXIT_PEER;
+		}
+	}
+	w = calloc(o->threads, sizeof(*w));
+	sh.bytes_left = o->total;
+	for (i = 0; i < o->threads; i++) {
+		w[i].sh = &sh;
+		w[i].id = i;
+		w[i].req.v = malloc(MAX_SAMPLES * sizeof(double));
+		w[i].batch.v = malloc(MAX_SAMPLES * sizeof(double));
+		w[i].src = kvt_mem_alloc((uint64_t)o->batch * o->block, o->src_loc);
+		if (w[i].src == NULL ||
+		    kvt_mem_register(w[i].src, (uint64_t)o->batch * o->block,
+				     o->src_loc, 0) == NULL) {
+			fprintf(stderr, "kvfwd: cannot allocate %s source memory: %s\n",
+				o->src_loc, rte_strerror(rte_errno));
+			return KVFWD_EXIT_USAGE;
+		}
+	}
+	if (!o->fence && warm_up(&sh, w[0].src) != 0) {
+		fprintf(stderr, "kvfwd: warm-up pass failed\n");
+		return KVFWD_EXIT_FAIL;
+	}
+	sh.t0 = kvfwd_now();
+	if (o->duration > 0)
+		sh.deadline = sh.t0 + o->duration;
+	for (i = 0; i < o->threads; i++)
+		pthread_create(&w[i].th, NULL, o->fence ? fence_worker :
+			       plain_worker, &w[i]);
+	if (tty)
+		progress(&sh, w);
+	for (i = 0; i < o->threads; i++)
+		pthread_join(w[i].th, NULL);
+	res->secs = kvfwd_now() - sh.t0;
+	if (merge(res, w, o->threads) < 0)
+		ret = KVFWD_EXIT_FAIL;
+	if (o->fence || o->verify) {
+		ret = say(&sh, "bye");
+		if (ret != 0)
+			fprintf(stderr, "kvfwd: bye not delivered: %s\n", strerror(-ret));
+		ret = 0;
+		if (wait_text(&sh, "result ") < 0)
+			fprintf(stderr, "kvfwd: no result (last message '%s')\n", sh.result);
+		if (sscanf(sh.result, "result %" SCNu64 " %" SCNu64 " %" SCNu64,
+			   &res->checked, &res->mixed, &res->stale) == 3) {
+			res->verified = 1;
+		} else if (o->fence) {
+			fprintf(stderr, "kvfwd: the target sent no verify result\n");
+			ret = KVFWD_EXIT_FAIL;
+		}
+	}
+	if (sh.failed || res->errors > 0 || res->mixed > 0 || res->stale > 0)
+		ret = KVFWD_EXIT_FAIL;
+	kvt_peer_close(sh.peer);
+	free(sh.credits);
+	free(w);
+	return ret;
+}

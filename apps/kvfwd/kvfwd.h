@@ -1,0 +1,91 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* kvfwd: point-to-point test and benchmark tool for kvt. */
+#ifndef KVFWD_H
+#define KVFWD_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "kvt.h"
+
+enum kvfwd_mode {
+	KVFWD_TARGET,
+	KVFWD_INITIATOR,
+	KVFWD_LOOPBACK,
+};
+
+/* Exit codes. */
+#define KVFWD_EXIT_FAIL 1	/* transfers failed or verify found damage */
+#define KVFWD_EXIT_USAGE 2	/* bad options or sizes */
+#define KVFWD_EXIT_PEER 3	/* peer unreachable or unsuitable */
+
+struct kvfwd_opts {
+	enum kvfwd_mode mode;
+	char peer[128];
+	uint32_t op;
+	uint64_t block;
+	unsigned int batch;
+	unsigned int threads;
+	uint64_t total;
+	double duration;
+	char src_loc[16];
+	char dst_loc[16];
+	uint64_t buffer;
+	int fence;
+	int verify;
+	int baseline;
+	int json;
+	char transport[64];
+	long fault_block;	/* hidden: corrupt this block's source */
+};
+
+/* What one run measured. */
+struct kvfwd_result {
+	double secs;
+	uint64_t bytes;
+	uint64_t requests;
+	uint64_t errors;
+	double *req_lat;	/* microseconds, sampled */
+	size_t n_req_lat;
+	double *batch_lat;
+	size_t n_batch_lat;
+	/* verify, reported by the target */
+	uint64_t checked;
+	uint64_t mixed;
+	uint64_t stale;
+	int verified;
+	/* baseline */
+	const char *baseline_name;
+	double baseline_gbps;
+};
+
+/* Room ids and the verify pattern: both sides derive them alike. */
+static inline uint64_t
+kvfwd_room(uint64_t round, uint32_t slot)
+{
+	return ((round + 1) << 32) | slot;
+}
+
+void kvfwd_pattern(void *p, uint64_t len, uint64_t seed);
+/* @return 1 when p holds the pattern of seed. */
+int kvfwd_pattern_ok(const void *p, uint64_t len, uint64_t seed);
+
+int kvfwd_target(const struct kvfwd_opts *o, FILE *ready);
+int kvfwd_initiator(const struct kvfwd_opts *o, struct kvfwd_result *res);
+/* Raw copy the transport competes with; @return GB/s or < 0. */
+double kvfwd_baseline(const struct kvfwd_opts *o, const char **name);
+void kvfwd_report(const struct kvfwd_opts *o, struct kvfwd_result *res);
+
+/* Notification messages between initiator and target. */
+#define KVFWD_MSG_CREDIT 'C'
+struct kvfwd_credit {
+	uint32_t slot;
+	uint32_t rsvd;
+	uint64_t room;
+};
+#define KVFWD_CREDITS_PER_MSG ((KVT_NOTIFY_MAX - 8) / sizeof(struct kvfwd_credit))
+
+double kvfwd_now(void);
+void kvfwd_fmt_bytes(char *buf, size_t len, double bytes);
+
+#endif
