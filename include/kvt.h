@@ -109,6 +109,7 @@ struct kvt_mem;
  *   - EINVAL: NULL address, zero length, unknown flag or bad location.
  *   - EEXIST: the range overlaps a registered region.
  *   - ENODEV: engine not running, or the location's device is absent.
+ *   - ENOTSUP: no transport here moves memory of this location.
  *   - ENOMEM: out of memory.
  *   - Any errno a transport returns when it cannot register the range
  *     (logged with the transport's reason).
@@ -135,10 +136,11 @@ int kvt_mem_unregister(struct kvt_mem *mem);
 void *kvt_mem_alloc(size_t len, const char *loc);
 
 /**
- * Free memory from kvt_mem_alloc().  It must not be registered.
+ * Free memory from kvt_mem_alloc().  It must not be registered.  Works
+ * after kvt_fini() too.
  *
  * @return 0, or -EINVAL (not from kvt_mem_alloc), -EBUSY (still
- *   registered), -ENODEV.
+ *   registered).
  */
 int kvt_mem_free(void *addr);
 

@@ -120,7 +120,7 @@ eal_start(int eal_argc, char **eal_argv)
 		args[n++] = (char *)"--no-pci";
 		args[n++] = (char *)"--no-shconf";
 		args[n++] = (char *)"--log-level=lib.eal:warning";
-		args[n++] = (char *)"--log-level=lib.telemetry:warning";
+		args[n++] = (char *)"--log-level=lib.telemetry:error";
 		args[n++] = (char *)"-m";
 		args[n++] = mem;
 		args[n++] = prefix;

@@ -525,6 +525,12 @@ kvfwd_initiator(const struct kvfwd_opts *o, struct kvfwd_result *res)
 		fprintf(stderr, "kvfwd: warm-up pass failed\n");
 		return KVFWD_EXIT_FAIL;
 	}
+	for (i = 0; i < kvt_port_count() && i < RTE_DIM(res->port_bytes0); i++) {
+		struct kvt_port_stats st;
+
+		kvt_port_stats(i, &st);
+		res->port_bytes0[i] = st.write_bytes + st.read_bytes;
+	}
 	sh.t0 = kvfwd_now();
 	if (o->duration > 0)
 		sh.deadline = sh.t0 + o->duration;

@@ -54,6 +54,8 @@ struct kvfwd_result {
 	uint64_t mixed;
 	uint64_t stale;
 	int verified;
+	/* port counters when the timed part began */
+	uint64_t port_bytes0[64];
 	/* baseline */
 	const char *baseline_name;
 	double baseline_gbps;

@@ -99,8 +99,10 @@ struct port_row {
 	uint64_t bytes;
 };
 
+/* Bytes each port moved during the timed part (warm-up excluded). */
 static unsigned int
-port_rows(struct port_row *rows, unsigned int max, uint64_t *total)
+port_rows(const struct kvfwd_result *r, struct port_row *rows,
+	  unsigned int max, uint64_t *total)
 {
 	struct kvt_port_stats st;
 	unsigned int i, n = kvt_port_count();
@@ -109,7 +111,7 @@ port_rows(struct port_row *rows, unsigned int max, uint64_t *total)
 	for (i = 0; i < n && i < max; i++) {
 		kvt_port_info(i, &rows[i].info);
 		kvt_port_stats(i, &st);
-		rows[i].bytes = st.write_bytes + st.read_bytes;
+		rows[i].bytes = st.write_bytes + st.read_bytes - r->port_bytes0[i];
 		*total += rows[i].bytes;
 	}
 	return i;
@@ -176,7 +178,7 @@ kvfwd_report(const struct kvfwd_opts *o, struct kvfwd_result *r)
 
 	qsort(r->req_lat, r->n_req_lat, sizeof(double), cmp_double);
 	qsort(r->batch_lat, r->n_batch_lat, sizeof(double), cmp_double);
-	n = port_rows(rows, 64, &total);
+	n = port_rows(r, rows, 64, &total);
 	if (o->json) {
 		report_json(o, r, rows, n, total);
 		return;
