@@ -140,6 +140,7 @@ struct kvt_desc {
 	uint64_t value;		/**< FENCE: the room id */
 	const void *data;	/**< NOTIFY: payload */
 	void *owner;		/**< engine-private */
+	uint64_t deadline;	/**< engine-private: retry limit (TSC) */
 	struct kvt_desc *next;	/**< free for whoever holds the desc */
 	uint64_t pmd_data[2];	/**< scratch for the PMD */
 } __rte_cache_aligned;

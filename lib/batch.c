@@ -27,6 +27,7 @@
 
 #include <rte_cycles.h>
 #include <rte_errno.h>
+#include <rte_lcore.h>
 #include <rte_pause.h>
 
 #include "kvt_private.h"
@@ -70,6 +71,7 @@ struct kvt_sub {
 	uint8_t flags;
 	uint8_t finished;	/* references released */
 	uint8_t tails_queued;
+	uint8_t notify_pending;	/* lcore: the notification waits for room */
 	uint16_t port;		/* ORDERED: the port */
 	uint32_t next_req;	/* queueing cursor */
 	uint64_t next_off;
@@ -200,11 +202,40 @@ tails_start(struct kvt_sub *s, unsigned int here)
 		sub_settle(s);
 }
 
+/*
+ * A notification the peer had no room for is tried again until the peer
+ * timeout: a receiver that is slow to poll should not lose messages.
+ * @return 1 when it will be retried.
+ */
+static int
+notify_retry(struct kvt_desc *d, int err)
+{
+	uint64_t now = rte_get_tsc_cycles();
+
+	if (d->op != KVT_DESC_NOTIFY || err != -ENOBUFS || !lcores_up() ||
+	    rte_lcore_id() == LCORE_ID_ANY)
+		return 0;
+	if (!(d->flags & KVT_DF_RETRY)) {
+		d->flags |= KVT_DF_RETRY;
+		d->deadline = now + rte_get_tsc_hz() / 1000 * kvt_eng->o.timeout_ms;
+	}
+	if (now > d->deadline) {
+		((struct kvt_sub *)d->owner)->notify_pending = 0;
+		return 0;
+	}
+	((struct kvt_sub *)d->owner)->notify_pending = 1;
+	kvt_lcore_defer(d);
+	return 1;
+}
+
 static void
 tail_done(struct kvt_desc *d, int err)
 {
 	struct kvt_sub *s = d->owner;
 
+	if (notify_retry(d, err))
+		return;
+	s->notify_pending = 0;
 	if (err != 0)
 		set_err(&s->err, err);
 	/* ORDERED: the rest of the tail is already queued behind it. */
@@ -306,7 +337,13 @@ kvt_desc_gate(struct kvt_desc *d)
 {
 	struct kvt_sub *s = d->owner;
 
-	return __atomic_load_n(&s->err, __ATOMIC_ACQUIRE) != 0;
+	if (d->op == KVT_DESC_DONE)
+		return s->notify_pending ? KVT_GATE_WAIT : KVT_GATE_GO;
+	/* A retried notification already passed the gate once. */
+	if (d->flags & KVT_DF_RETRY)
+		return KVT_GATE_GO;
+	return __atomic_load_n(&s->err, __ATOMIC_ACQUIRE) != 0 ?
+		KVT_GATE_CANCEL : KVT_GATE_GO;
 }
 
 /* ------------------------------------------------------------------ */

@@ -321,6 +321,7 @@ kvt_fini(void)
 	kvt_batches_cancel_all();
 	kvt_peers_close_all();
 	kvt_notify_fini();
+	kvt_fence_fini();
 	kvt_mem_fini();
 	kvt_ports_remove();
 	kvt_lcores_free();

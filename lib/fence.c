@@ -6,6 +6,7 @@
  * arrived", so room ids are never 0, and arming clears the slot first.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -21,6 +22,7 @@
 struct kvt_fence_table {
 	uint32_t magic;
 	uint32_t nslots;
+	struct kvt_fence_table *next;	/* all tables, freed by kvt_fini */
 	uint64_t *words;	/* peers write here */
 	uint64_t *expect;	/* armed room per slot */
 	struct kvt_mem *m;
@@ -29,6 +31,18 @@ struct kvt_fence_table {
 
 struct kvt_mem *kvt_mem_register_flags(void *addr, size_t len,
 				       const char *loc, uint32_t flags);
+
+static struct kvt_fence_table *tables;
+static pthread_mutex_t tables_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void
+table_free(struct kvt_fence_table *ft)
+{
+	kvt_mem_free(ft->words);
+	free(ft->expect);
+	ft->magic = 0;
+	free(ft);
+}
 
 static int
 ft_ok(const struct kvt_fence_table *ft, uint32_t slot)
@@ -84,6 +98,10 @@ kvt_fence_table_create(uint32_t nslots, const char *locs)
 	}
 	ft->nslots = nslots;
 	ft->magic = KVT_FENCE_MAGIC;
+	pthread_mutex_lock(&tables_lock);
+	ft->next = tables;
+	tables = ft;
+	pthread_mutex_unlock(&tables_lock);
 	return ft;
 
 free_words:
@@ -99,6 +117,7 @@ free_ft:
 int
 kvt_fence_table_destroy(struct kvt_fence_table *ft)
 {
+	struct kvt_fence_table **pp;
 	int ret;
 
 	if (!ft_ok(ft, 0))
@@ -106,11 +125,30 @@ kvt_fence_table_destroy(struct kvt_fence_table *ft)
 	ret = kvt_mem_unregister(ft->m);
 	if (ret < 0)
 		return ret;
-	kvt_mem_free(ft->words);
-	free(ft->expect);
-	ft->magic = 0;
-	free(ft);
+	pthread_mutex_lock(&tables_lock);
+	for (pp = &tables; *pp != NULL; pp = &(*pp)->next)
+		if (*pp == ft) {
+			*pp = ft->next;
+			break;
+		}
+	pthread_mutex_unlock(&tables_lock);
+	table_free(ft);
 	return 0;
+}
+
+/* kvt_fini: the registrations are going; free what is left. */
+void
+kvt_fence_fini(void)
+{
+	struct kvt_fence_table *ft;
+
+	pthread_mutex_lock(&tables_lock);
+	while ((ft = tables) != NULL) {
+		tables = ft->next;
+		kvt_mem_unregister(ft->m);
+		table_free(ft);
+	}
+	pthread_mutex_unlock(&tables_lock);
 }
 
 uint64_t

@@ -98,13 +98,15 @@ struct kvt_lcore {
 	int tid;		/* thread id, for tests and tracing */
 	uint32_t stop;
 	uint32_t running;
-	struct kvt_desc *defer;	/* tail ops to run next iteration */
+	struct kvt_desc *defer;	/* tail ops to run next iteration, FIFO */
+	struct kvt_desc *defer_tail;
 	uint64_t loops;
 	uint64_t idle_loops;
 };
 
 /* Descriptor flags (kvt_desc.flags). */
 #define KVT_DF_EMBEDDED 0x01	/* not from the mempool */
+#define KVT_DF_RETRY 0x02	/* waiting for room at the peer */
 
 int kvt_ports_probe(void);
 int kvt_ports_assign(void);
@@ -392,7 +394,8 @@ void kvt_stripe_account(struct kvt_port *p, uint32_t len, uint64_t now_tsc);
 void kvt_batches_cancel_all(void);
 /* Free batches the application freed once their work settled. */
 void kvt_batches_reap_zombies(void);
-/* Lcore: 1 when a FENCE/NOTIFY must not run (its submission failed). */
+/* Lcore: may a tail descriptor run now? */
+enum { KVT_GATE_GO, KVT_GATE_CANCEL, KVT_GATE_WAIT };
 int kvt_desc_gate(struct kvt_desc *d);
 
 /* ------------------------------------------------------------------ */
@@ -406,6 +409,7 @@ void kvt_inbox_local_free(struct kvt_inbox *ib);
 /* Detach retired inboxes that are empty or too old (all: every one). */
 void kvt_inbox_reap_retired(int all);
 int kvt_stats_init(void);
+void kvt_fence_fini(void);
 
 /* ------------------------------------------------------------------ */
 /* The engine (engine.c)                                               */

@@ -100,8 +100,14 @@ kvt_lcore_defer(struct kvt_desc *d)
 		kvt_desc_complete(d, -ECANCELED);
 		return;
 	}
-	d->next = lc->defer;
-	lc->defer = d;
+	/* FIFO: a done marker must stay behind the notification it waits
+	 * for. */
+	d->next = NULL;
+	if (lc->defer == NULL)
+		lc->defer = d;
+	else
+		lc->defer_tail->next = d;
+	lc->defer_tail = d;
 }
 
 static void
@@ -116,12 +122,13 @@ run_call(struct kvt_desc *d)
 		free(c);	/* the caller gave up waiting */
 }
 
-/* Calls, fences and notifications are handled one by one. */
+/* Calls and a submission's tail (fence, notification, done) are handled
+ * one by one. */
 static inline int
 single(const struct kvt_desc *d)
 {
 	return d->op == KVT_DESC_CALL || d->op == KVT_DESC_FENCE ||
-		d->op == KVT_DESC_NOTIFY;
+		d->op == KVT_DESC_NOTIFY || d->op == KVT_DESC_DONE;
 }
 
 /* Hand a burst to the ports, in runs of descriptors for the same port. */
@@ -137,10 +144,17 @@ dispatch(struct kvt_desc **d, unsigned int n)
 			continue;
 		}
 		/* A fence or notification of a failed submission must not
-		 * reach the peer. */
-		if (single(d[i]) && kvt_desc_gate(d[i])) {
-			kvt_desc_complete(d[i++], -ECANCELED);
-			continue;
+		 * reach the peer; a done marker waits for the notification
+		 * ahead of it. */
+		if (single(d[i])) {
+			switch (kvt_desc_gate(d[i])) {
+			case KVT_GATE_CANCEL:
+				kvt_desc_complete(d[i++], -ECANCELED);
+				continue;
+			case KVT_GATE_WAIT:
+				kvt_lcore_defer(d[i++]);
+				continue;
+			}
 		}
 		j = i + 1;
 		while (!single(d[i]) && j < n && d[j]->port == d[i]->port &&
@@ -152,6 +166,8 @@ dispatch(struct kvt_desc **d, unsigned int n)
 	}
 }
 
+/* @return the work done; waiting retries are not work, so an lcore that
+ * only retries still follows its idle policy. */
 static unsigned int
 run_deferred(struct kvt_lcore *lc)
 {
@@ -159,8 +175,10 @@ run_deferred(struct kvt_lcore *lc)
 	unsigned int n = 0;
 
 	lc->defer = NULL;
-	for (; d != NULL; d = next, n++) {
+	lc->defer_tail = NULL;
+	for (; d != NULL; d = next) {
 		next = d->next;
+		n += !(d->flags & KVT_DF_RETRY) && d->op != KVT_DESC_DONE;
 		dispatch(&d, 1);
 	}
 	return n;
@@ -288,8 +306,12 @@ drain_ring(struct kvt_lcore *lc)
 	while (lc->defer != NULL) {
 		d = lc->defer;
 		lc->defer = d->next;
-		kvt_desc_complete(d, -ECANCELED);
+		if (d->op == KVT_DESC_DONE)
+			kvt_desc_store_done(d);
+		else
+			kvt_desc_complete(d, -ECANCELED);
 	}
+	lc->defer_tail = NULL;
 }
 
 void

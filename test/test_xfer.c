@@ -536,7 +536,8 @@ notify_after_data(const char *pmd)
 		off = i * blk;
 		if (i >= inflight) {
 			cr_assert_eq(kvt_wait(bb, WAIT_US), 0);
-			cr_assert_eq(kvt_status(bb, 0), 0);
+			cr_assert_eq(kvt_status(bb, 0), 0, "write %u: %s", i - inflight,
+				     strerror(-kvt_status(bb, 0)));
 			kvt_batch_reset(bb);
 		}
 		tc_fill(src.p + off, blk, i + 1);

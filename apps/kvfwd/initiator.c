@@ -60,6 +60,8 @@ struct worker {
 	uint64_t requests;
 	uint64_t errors;
 	uint64_t bytes;
+	uint64_t read_checked;
+	uint64_t read_bad;
 	struct samples req;
 	struct samples batch;
 };
@@ -123,10 +125,12 @@ read_check(struct worker *w, unsigned int n, uint64_t first_block)
 	const struct kvfwd_opts *o = w->sh->o;
 	unsigned int i;
 
-	for (i = 0; i < n; i++)
+	for (i = 0; i < n; i++) {
+		w->read_checked++;
 		if (!kvfwd_pattern_ok(w->src + i * o->block, o->block,
 				      first_block + i + 1))
-			w->errors++;
+			w->read_bad++;
+	}
 }
 
 /* Plain mode: blocks go to this thread's share of the target buffer. */
@@ -410,6 +414,8 @@ merge(struct kvfwd_result *res, struct worker *w, unsigned int n)
 		res->bytes += w[i].bytes;
 		res->requests += w[i].requests;
 		res->errors += w[i].errors;
+		res->checked += w[i].read_checked;
+		res->mixed += w[i].read_bad;
 		memcpy(res->req_lat + res->n_req_lat, w[i].req.v,
 		       w[i].req.n * sizeof(double));
 		res->n_req_lat += w[i].req.n;
@@ -551,8 +557,14 @@ kvfwd_initiator(const struct kvfwd_opts *o, struct kvfwd_result *res)
 		ret = 0;
 		if (wait_text(&sh, "result ") < 0)
 			fprintf(stderr, "kvfwd: no result (last message '%s')\n", sh.result);
+		uint64_t c, m, st;
+
 		if (sscanf(sh.result, "result %" SCNu64 " %" SCNu64 " %" SCNu64,
-			   &res->checked, &res->mixed, &res->stale) == 3) {
+			   &c, &m, &st) == 3) {
+			/* Writes: the target checked; reads: we did. */
+			res->checked += c;
+			res->mixed += m;
+			res->stale += st;
 			res->verified = 1;
 		} else if (o->fence) {
 			fprintf(stderr, "kvfwd: the target sent no verify result\n");

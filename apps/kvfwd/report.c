@@ -205,7 +205,7 @@ kvfwd_report(const struct kvfwd_opts *o, struct kvfwd_result *r)
 		       total ? 100.0 * (double)rows[i].bytes / (double)total : 0.0);
 	}
 	if (r->verified)
-		printf("  verify         %" PRIu64 " blocks checked at the receiver, %" PRIu64 " mixed, %" PRIu64 " stale\n",
+		printf("  verify         %" PRIu64 " blocks checked where they landed, %" PRIu64 " mixed, %" PRIu64 " stale\n",
 		       r->checked, r->mixed, r->stale);
 	if (r->baseline_name != NULL && r->baseline_gbps > 0)
 		printf("  baseline       %s %.2f GB/s   ratio %.2f\n",
