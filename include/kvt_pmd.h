@@ -323,6 +323,48 @@ void kvt_inbox_detach(struct kvt_inbox *ib);
 void kvt_inbox_retire(struct kvt_inbox *ib, void (*release)(void *),
 		      void *arg);
 
+/** How a same-host peer reaches a memfd-backed region. */
+struct kvt_memfd_key {
+	uint32_t pid;
+	int32_t fd;
+	uint64_t off;
+	uint64_t ino;		/**< checked by the importer */
+	uint64_t len;
+};
+
+/** A peer's memory mapped here. */
+struct kvt_map {
+	uint8_t *base;		/**< the peer's region starts here */
+	void *map;
+	size_t len;
+};
+
+/** Key for a local region; -ENOTSUP when it is not memfd memory. */
+int kvt_memfd_key(const struct kvt_lmem *m, struct kvt_memfd_key *k);
+/**
+ * Map a same-host peer's memfd region (prot: PROT_READ[|PROT_WRITE]).
+ *
+ * @return 0, or -ESTALE (the fd no longer holds that file), -errno.
+ */
+int kvt_memfd_map(const struct kvt_memfd_key *k, int prot, struct kvt_map *out);
+void kvt_map_release(struct kvt_map *m);
+
+/** An inbox in a memfd that a same-host peer pushes into. */
+struct kvt_shared_inbox {
+	struct kvt_inbox *ib;
+	size_t len;
+	int fd;
+};
+
+/** Acceptor: create and attach an inbox for peer; rep gets its key. */
+int kvt_shared_inbox_create(struct kvt_shared_inbox *sb, const char *peer,
+			    struct kvt_buf *rep);
+/** Acceptor: stop reading once drained (see kvt_inbox_retire()). */
+void kvt_shared_inbox_close(struct kvt_shared_inbox *sb);
+/** Initiator: map the peer's inbox from its key. */
+int kvt_shared_inbox_map(const uint8_t *rep, size_t len, uint32_t pid,
+			 struct kvt_map *out);
+
 /** Current TSC in microseconds. */
 uint64_t kvt_now_us(void);
 

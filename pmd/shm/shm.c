@@ -16,13 +16,11 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
 #include <sys/uio.h>
 
 #include <rte_kvargs.h>
@@ -35,47 +33,27 @@ RTE_LOG_REGISTER(shm_logtype, kvt.pmd.shm, NOTICE);
 		##__VA_ARGS__)
 
 #define SHM_MAX_PORTS 8
-#define SHM_INBOX_SLOTS 256
 
 enum { SHM_MEMFD = 1, SHM_CMA = 2 };
 
 /* What a peer needs to reach one of our regions. */
 struct shm_key {
 	uint32_t kind;
-	uint32_t pid;
-	int32_t fd;
 	uint32_t rsvd;
-	uint64_t off;
-	uint64_t ino;
-	uint64_t len;
-};
-
-/* Our notification inbox for a peer, as sent in the connection reply. */
-struct shm_inbox_key {
-	uint32_t pid;
-	int32_t fd;
-	uint64_t ino;
-	uint64_t size;
+	struct kvt_memfd_key m;	/* pid always; fd fields for SHM_MEMFD */
 };
 
 /* An imported region. */
 struct shm_rmap {
-	uint8_t *base;		/* where the peer's rm->base is mapped */
-	void *map;
-	size_t maplen;
+	struct kvt_map map;	/* SHM_MEMFD */
 	int cma;
 	uint32_t pid;
 };
 
 struct shm_conn {
 	struct kvt_conn c;	/* first */
-	/* initiator: the peer's inbox, mapped */
-	struct kvt_inbox *peer_inbox;
-	size_t peer_inbox_len;
-	/* acceptor: our inbox for the peer */
-	struct kvt_inbox *inbox;
-	size_t inbox_len;
-	int inbox_fd;
+	struct kvt_map peer_inbox;	/* initiator: the peer's inbox */
+	struct kvt_shared_inbox inbox;	/* acceptor: ours for the peer */
 };
 
 static int
@@ -143,15 +121,15 @@ shm_do(struct kvt_port *port, struct kvt_desc *d)
 	if (__atomic_load_n(&d->conn->dead, __ATOMIC_ACQUIRE))
 		return -ECONNRESET;
 	if (d->op == KVT_DESC_NOTIFY)
-		return sc->peer_inbox != NULL ?
-			kvt_inbox_push(sc->peer_inbox, d->data, d->len) :
-			-ENOTSUP;
+		return sc->peer_inbox.base != NULL ?
+			kvt_inbox_push((struct kvt_inbox *)sc->peer_inbox.base,
+				       d->data, d->len) : -ENOTSUP;
 	rmap = d->rm->key[port->id];
 	if (rmap->cma && d->op != KVT_DESC_FENCE)
 		return cma_copy(rmap, d);
 	if (rmap->cma)
 		return -EPERM;	/* fence tables are always memfd */
-	at = rmap->base + (d->remote - d->rm->base);
+	at = rmap->map.base + (d->remote - d->rm->base);
 	switch (d->op) {
 	case KVT_DESC_WRITE:
 		memcpy(at, d->local, d->len);
@@ -197,47 +175,15 @@ static int
 shm_mem_export(struct kvt_port *port, const struct kvt_lmem *m,
 	       struct kvt_buf *key)
 {
-	struct shm_key k = {
-		.kind = m->fd >= 0 ? SHM_MEMFD : SHM_CMA,
-		.pid = (uint32_t)getpid(),
-		.fd = m->fd,
-		.off = m->fd_off,
-		.ino = m->fd_ino,
-		.len = m->len,
-	};
+	struct shm_key k = { .kind = SHM_MEMFD };
 
 	RTE_SET_USED(port);
-	return kvt_buf_put(key, &k, sizeof(k));
-}
-
-/* Map a peer's memfd (inode-checked) at [off, off + len). */
-static void *
-map_peer_fd(uint32_t pid, int fd, uint64_t ino, uint64_t off, uint64_t len,
-	    int prot, size_t *maplen, size_t *delta)
-{
-	char path[64];
-	struct stat st;
-	long pg = sysconf(_SC_PAGESIZE);
-	uint64_t aoff = off & ~(uint64_t)(pg - 1);
-	void *p;
-	int pfd;
-
-	snprintf(path, sizeof(path), "/proc/%u/fd/%d", pid, fd);
-	pfd = open(path, (prot & PROT_WRITE) ? O_RDWR : O_RDONLY);
-	if (pfd < 0)
-		return NULL;
-	if (fstat(pfd, &st) != 0 || (uint64_t)st.st_ino != ino ||
-	    (uint64_t)st.st_size < off + len) {
-		close(pfd);
-		errno = ESTALE;
-		return NULL;
+	if (kvt_memfd_key(m, &k.m) < 0) {
+		k.kind = SHM_CMA;
+		k.m.pid = (uint32_t)getpid();
+		k.m.len = m->len;
 	}
-	*delta = (size_t)(off - aoff);
-	*maplen = (size_t)(len + *delta);
-	p = mmap(NULL, *maplen, prot, MAP_SHARED | MAP_POPULATE, pfd,
-		 (off_t)aoff);
-	close(pfd);
-	return p == MAP_FAILED ? NULL : p;
+	return kvt_buf_put(key, &k, sizeof(k));
 }
 
 static int
@@ -246,43 +192,40 @@ shm_rmem_import(struct kvt_conn *c, struct kvt_rmem *rm, const uint8_t *key,
 {
 	struct shm_rmap *rmap;
 	struct shm_key k;
-	size_t delta = 0;
 	struct iovec l, r;
 	uint8_t probe;
-	int prot = PROT_READ;
+	int prot = PROT_READ, ret;
 
 	if (len != sizeof(k) || !c->info.same_host)
 		return -ENOTSUP;
 	memcpy(&k, key, sizeof(k));
-	if (k.len != rm->len || k.pid != c->info.pid)
+	if (k.m.len != rm->len || k.m.pid != c->info.pid)
 		return -EPROTO;
 	if (rm->loc.type != KVT_LOC_CPU)
 		return -ENOTSUP;
 	rmap = calloc(1, sizeof(*rmap));
 	if (rmap == NULL)
 		return -ENOMEM;
-	rmap->pid = k.pid;
+	rmap->pid = k.m.pid;
 	if (k.kind == SHM_MEMFD) {
 		if (rm->flags & KVT_MEM_REMOTE_WRITE)
 			prot |= PROT_WRITE;
-		rmap->map = map_peer_fd(k.pid, k.fd, k.ino, k.off, k.len, prot,
-					&rmap->maplen, &delta);
-		if (rmap->map == NULL) {
+		ret = kvt_memfd_map(&k.m, prot, &rmap->map);
+		if (ret < 0) {
 			SHM_LOG(ERR, "cannot map region %#" PRIx64 " of pid %u: %s",
-				rm->base, k.pid, strerror(errno));
+				rm->base, k.m.pid, strerror(-ret));
 			free(rmap);
-			return -errno;
+			return ret;
 		}
-		rmap->base = (uint8_t *)rmap->map + delta;
 	} else {
 		/* No fd: cross-memory attach.  Check we may, once, now. */
 		l.iov_base = &probe;
 		l.iov_len = 1;
 		r.iov_base = (void *)(uintptr_t)rm->base;
 		r.iov_len = 1;
-		if (process_vm_readv((pid_t)k.pid, &l, 1, &r, 1, 0) != 1) {
+		if (process_vm_readv((pid_t)k.m.pid, &l, 1, &r, 1, 0) != 1) {
 			SHM_LOG(ERR, "region %#" PRIx64 " of pid %u is not memfd memory and process_vm_readv is refused (%s): allocate it with kvt_mem_alloc(), or run both engines as one user with ptrace allowed",
-				rm->base, k.pid, strerror(errno));
+				rm->base, k.m.pid, strerror(errno));
 			free(rmap);
 			return -EPERM;
 		}
@@ -299,8 +242,7 @@ shm_rmem_release(struct kvt_conn *c, struct kvt_rmem *rm)
 
 	if (rmap == NULL)
 		return;
-	if (rmap->map != NULL)
-		munmap(rmap->map, rmap->maplen);
+	kvt_map_release(&rmap->map);
 	free(rmap);
 	rm->key[c->port->id] = NULL;
 }
@@ -320,7 +262,6 @@ shm_conn_open(struct kvt_port *port, const struct kvt_peer_info *pi,
 	sc = calloc(1, sizeof(*sc));
 	if (sc == NULL)
 		return -ENOMEM;
-	sc->inbox_fd = -1;
 	/* Spread our ports over theirs. */
 	sc->c.remote_port = eps[port->id % neps].port_id;
 	*out = &sc->c;
@@ -332,9 +273,7 @@ shm_conn_accept(struct kvt_port *port, const struct kvt_peer_info *pi,
 		const uint8_t *req, size_t len, struct kvt_buf *rep,
 		struct kvt_conn **out)
 {
-	struct shm_inbox_key k = { .pid = (uint32_t)getpid() };
 	struct shm_conn *sc;
-	struct stat st;
 	int ret;
 
 	RTE_SET_USED(port);
@@ -345,75 +284,26 @@ shm_conn_accept(struct kvt_port *port, const struct kvt_peer_info *pi,
 	sc = calloc(1, sizeof(*sc));
 	if (sc == NULL)
 		return -ENOMEM;
-	sc->inbox_len = kvt_inbox_size(SHM_INBOX_SLOTS);
-	sc->inbox_fd = memfd_create("kvt-inbox", MFD_CLOEXEC);
-	if (sc->inbox_fd < 0 ||
-	    ftruncate(sc->inbox_fd, (off_t)sc->inbox_len) != 0 ||
-	    fstat(sc->inbox_fd, &st) != 0) {
-		ret = -errno;
-		goto close_fd;
+	ret = kvt_shared_inbox_create(&sc->inbox, pi->name, rep);
+	if (ret < 0) {
+		free(sc);
+		return ret;
 	}
-	sc->inbox = mmap(NULL, sc->inbox_len, PROT_READ | PROT_WRITE,
-			 MAP_SHARED, sc->inbox_fd, 0);
-	if (sc->inbox == MAP_FAILED) {
-		ret = -errno;
-		goto close_fd;
-	}
-	kvt_inbox_init(sc->inbox, SHM_INBOX_SLOTS);
-	ret = kvt_inbox_attach(sc->inbox, pi->name);
-	if (ret < 0)
-		goto unmap;
-	k.fd = sc->inbox_fd;
-	k.ino = st.st_ino;
-	k.size = sc->inbox_len;
-	ret = kvt_buf_put(rep, &k, sizeof(k));
-	if (ret < 0)
-		goto detach;
 	*out = &sc->c;
 	return 0;
-
-detach:
-	kvt_inbox_detach(sc->inbox);
-unmap:
-	munmap(sc->inbox, sc->inbox_len);
-close_fd:
-	if (sc->inbox_fd >= 0)
-		close(sc->inbox_fd);
-	free(sc);
-	return ret;
 }
 
 static int
 shm_conn_ready(struct kvt_conn *c, const uint8_t *rep, size_t len)
 {
 	struct shm_conn *sc = (struct shm_conn *)c;
-	struct shm_inbox_key k;
-	size_t delta;
+	int ret;
 
-	if (len != sizeof(k))
-		return -EPROTO;
-	memcpy(&k, rep, sizeof(k));
-	if (k.pid != c->info.pid || k.size != kvt_inbox_size(SHM_INBOX_SLOTS))
-		return -EPROTO;
-	sc->peer_inbox = map_peer_fd(k.pid, k.fd, k.ino, 0, k.size,
-				     PROT_READ | PROT_WRITE,
-				     &sc->peer_inbox_len, &delta);
-	if (sc->peer_inbox == NULL) {
-		SHM_LOG(ERR, "cannot map the inbox of pid %u: %s", k.pid,
-			strerror(errno));
-		return -errno;
-	}
-	return 0;
-}
-
-static void
-inbox_release(void *arg)
-{
-	struct shm_conn *sc = arg;
-
-	munmap(sc->inbox, sc->inbox_len);
-	close(sc->inbox_fd);
-	free(sc);
+	ret = kvt_shared_inbox_map(rep, len, c->info.pid, &sc->peer_inbox);
+	if (ret < 0)
+		SHM_LOG(ERR, "cannot map the inbox of pid %u: %s", c->info.pid,
+			strerror(-ret));
+	return ret;
 }
 
 static void
@@ -421,13 +311,9 @@ shm_conn_close(struct kvt_conn *c)
 {
 	struct shm_conn *sc = (struct shm_conn *)c;
 
-	if (sc->peer_inbox != NULL)
-		munmap(sc->peer_inbox, sc->peer_inbox_len);
-	if (sc->inbox != NULL)
-		/* Messages the peer sent before it left are still ours. */
-		kvt_inbox_retire(sc->inbox, inbox_release, sc);
-	else
-		free(sc);
+	kvt_map_release(&sc->peer_inbox);
+	kvt_shared_inbox_close(&sc->inbox);
+	free(sc);
 }
 
 static const struct kvt_pmd_ops shm_ops = {
