@@ -334,8 +334,10 @@ struct kvt_fence_table;
 
 /**
  * Create a fence table of nslots 64-bit words at loc ("cpu:N" or
- * "cuda:N"; NULL means cpu of the caller's node) and export it for
- * remote writes.
+ * "cuda:N"; NULL means cpu:0) and export it for remote writes.  A host
+ * table serves CPU and GPU waiters alike (it is registered with CUDA when
+ * a device is present); a device table is polled from the CPU with a
+ * copy, and is meant for kvt_fence_wait_stream() and device code.
  *
  * @return a table, or NULL with rte_errno EINVAL, ENODEV, ENOMEM.
  */
@@ -377,6 +379,20 @@ int kvt_fence_poll(struct kvt_fence_table *ft, uint32_t slot);
  */
 int kvt_fence_wait(struct kvt_fence_table *ft, uint32_t slot,
 		   uint64_t timeout_us);
+
+/**
+ * Make a CUDA stream wait for a slot without the CPU: a one-thread kernel
+ * on stream spins with system-scope acquire loads until the slot holds
+ * the armed room (then work queued after it on the stream sees the data),
+ * and stores 1 in *status; 2 if the slot held another room; 3 after
+ * timeout_us.  status must be device-accessible (cudaMalloc, mapped host
+ * memory).  Device code may also test a slot itself: see kvt_cuda.h.
+ *
+ * @return 0 once queued, or -EINVAL, -ENOTSUP (no CUDA device), -EIO.
+ */
+int kvt_fence_wait_stream(struct kvt_fence_table *ft, uint32_t slot,
+			  void *cuda_stream, uint64_t timeout_us,
+			  uint32_t *status);
 
 /* ------------------------------------------------------------------ */
 /* Notifications (receiver side)                                       */

@@ -124,7 +124,45 @@ enum kvt_desc_op {
 	KVT_DESC_NOTIFY,	/**< deliver data/len to the peer's inbox */
 	KVT_DESC_DONE,		/**< ordered ports: everything before is done */
 	KVT_DESC_CALL,		/**< run a control function on the lcore */
+	KVT_DESC_SUB,		/**< whole submission (KVT_PMD_F_WHOLE) */
 };
+
+/** One request as a KVT_PMD_F_WHOLE port reads it. */
+struct kvt_xreq {
+	uint8_t *local;
+	uint64_t remote;	/**< in the peer's address space */
+	uint64_t len;
+	const struct kvt_lmem *lm;
+	const struct kvt_rmem *rm;
+	uint32_t op;		/**< KVT_OP_READ or KVT_OP_WRITE */
+};
+
+/**
+ * A whole submission (KVT_DESC_SUB, desc->data points here).  The port
+ * carries out every request, then the fence, then the notification, then
+ * stores 1 in *done (release; the memory is host-registered through
+ * host_register, so a device may store it), all in that order.  It
+ * reports errors with kvt_desc_complete(), before the done store.
+ */
+struct kvt_subinfo {
+	const uint8_t *req;	/**< first struct kvt_xreq */
+	uint32_t n;
+	uint32_t stride;	/**< bytes from one kvt_xreq to the next */
+	void *cuda_event;	/**< wait for it before reading sources */
+	const struct kvt_rmem *fence_rm;	/**< NULL: no fence */
+	uint64_t fence_addr;
+	uint64_t room;
+	const void *notify;
+	uint32_t notify_len;	/**< 0: no notification */
+	uint64_t *done;
+};
+
+static inline const struct kvt_xreq *
+kvt_subinfo_req(const struct kvt_subinfo *si, uint32_t i)
+{
+	return (const struct kvt_xreq *)(const void *)(si->req +
+						       (size_t)i * si->stride);
+}
 
 /** One slice of work on a port.  Lives in the engine's mempool. */
 struct kvt_desc {
@@ -171,6 +209,8 @@ kvt_desc_store_done(const struct kvt_desc *d)
 #define KVT_PMD_F_ORDERED	(1u << 0)
 /** Not started unless named by --kvt-pmd. */
 #define KVT_PMD_F_EXPLICIT	(1u << 1)
+/** Takes a submission whole (one KVT_DESC_SUB) when it alone carries it. */
+#define KVT_PMD_F_WHOLE		(1u << 2)
 
 /** The operations of a transport. */
 struct kvt_pmd_ops {
@@ -230,6 +270,16 @@ struct kvt_pmd_ops {
 	int (*mem_free)(const struct kvt_loc *loc, void *addr, size_t len);
 	/** 0 and *loc set when addr is memory this PMD owns (device memory). */
 	int (*mem_locate)(const void *addr, struct kvt_loc *loc);
+	/** Make host memory the engine writes completions to reachable by
+	 *  the PMD's devices (batch memory). */
+	int (*host_register)(void *addr, size_t len);
+	void (*host_unregister)(void *addr);
+	/** Synchronous copy where one side may be device memory it owns. */
+	int (*dev_copy)(void *dst, const void *src, size_t len);
+	/** Make a device stream wait for *word == room (see
+	 *  kvt_fence_wait_stream()); word is host or device memory. */
+	int (*stream_wait)(const uint64_t *word, uint64_t room,
+			   uint64_t timeout_ns, uint32_t *status, void *stream);
 };
 
 /** A registered transport. */

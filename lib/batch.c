@@ -9,6 +9,9 @@
  *    DONE marker are queued right behind the data on that port, so the
  *    channel itself orders data before fence (same CUDA stream, same
  *    shm lcore).  Completion is the DONE word the port writes.
+ *  - WHOLE: one port takes the whole submission as one descriptor and
+ *    orders data, fence, notification and done itself (the GPU path:
+ *    one kernel for all pages, then the fence on the same stream).
  *  - STRIPED: slices spread over several ports.  Each slice's completion
  *    adds its bytes to its request's settled word (acq_rel), and the
  *    lcore whose slice settles the last request runs the tail: fence,
@@ -39,27 +42,26 @@
 /* Descriptor flags beside KVT_DF_EMBEDDED: how often a slice moved. */
 #define DF_TRIES_SHIFT 4
 
-enum { SUB_STRIPED, SUB_ORDERED };
+enum { SUB_STRIPED, SUB_ORDERED, SUB_WHOLE };
 #define SUB_F_FENCE 0x1
 #define SUB_F_NOTIFY 0x2
 
 enum { TAIL_FENCE, TAIL_NOTIFY, TAIL_DONE };
 
 struct kvt_req {
+	struct kvt_xreq x;	/* first: what whole-submission ports read */
 	uint64_t settled;	/* bytes done or failed; lcores add */
 	int32_t err;		/* first error; lcores CAS */
 	struct kvt_sub *s;
-	uint8_t *local;
-	uint64_t remote;
-	uint64_t len;
 	struct kvt_mem *m;
 	struct kvt_rimp *ri;
 	uint32_t mask;		/* ports that may carry it */
-	uint8_t op;
 };
 
 struct kvt_sub {
 	struct kvt_desc tail[3];	/* fence, notify, done */
+	struct kvt_desc whole;	/* SUB_WHOLE: the one descriptor */
+	struct kvt_subinfo info;	/* SUB_WHOLE: what it points to */
 	struct kvt_batch *b;
 	struct kvt_peer *peer;
 	uint32_t first;
@@ -106,6 +108,8 @@ struct kvt_batch {
 	int zombie;		/* freed by the application */
 	struct kvt_batch *next;
 };
+
+#define SUB_CHUNK_BYTES RTE_ALIGN_CEIL(SUB_CHUNK * sizeof(struct kvt_sub), 4096)
 
 static pthread_mutex_t batch_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct kvt_batch *batches;
@@ -309,7 +313,7 @@ slice_done(struct kvt_desc *d, int err)
 	kvt_desc_free(d);
 	if (s->mode == SUB_ORDERED)
 		return;
-	if (__atomic_add_fetch(&r->settled, len, __ATOMIC_ACQ_REL) == r->len &&
+	if (__atomic_add_fetch(&r->settled, len, __ATOMIC_ACQ_REL) == r->x.len &&
 	    __atomic_sub_fetch(&s->pending, 1, __ATOMIC_ACQ_REL) == 0)
 		tails_start(s, here);
 }
@@ -325,6 +329,10 @@ kvt_desc_complete(struct kvt_desc *d, int err)
 	case KVT_DESC_FENCE:
 	case KVT_DESC_NOTIFY:
 		tail_done(d, err);
+		break;
+	case KVT_DESC_SUB:
+		if (err != 0)
+			set_err(&((struct kvt_sub *)d->owner)->err, err);
 		break;
 	default:
 		/* DONE: the port already wrote the done word. */
@@ -406,10 +414,10 @@ static void
 fill_slice(struct kvt_batch *b, struct kvt_sub *s, struct kvt_desc *d)
 {
 	struct kvt_req *r = &b->req[s->next_req];
-	uint64_t left = r->len - s->next_off;
+	uint64_t left = r->x.len - s->next_off;
 	uint32_t len = (uint32_t)RTE_MIN(left, (uint64_t)kvt_eng->o.slice);
 
-	d->op = r->op == KVT_OP_READ ? KVT_DESC_READ : KVT_DESC_WRITE;
+	d->op = r->x.op == KVT_OP_READ ? KVT_DESC_READ : KVT_DESC_WRITE;
 	d->flags = 0;
 	if (s->mode == SUB_ORDERED) {
 		/* One port, no choice: in-flight bytes are added per burst. */
@@ -421,14 +429,45 @@ fill_slice(struct kvt_batch *b, struct kvt_sub *s, struct kvt_desc *d)
 	d->conn = s->peer->conn[d->port];
 	d->lm = &r->m->lm;
 	d->rm = &r->ri->rm;
-	d->local = r->local + s->next_off;
-	d->remote = r->remote + s->next_off;
+	d->local = r->x.local + s->next_off;
+	d->remote = r->x.remote + s->next_off;
 	d->owner = r;
 	s->next_off += len;
-	if (s->next_off == r->len) {
+	if (s->next_off == r->x.len) {
 		s->next_req++;
 		s->next_off = 0;
 	}
+}
+
+static void
+whole_prepare(struct kvt_sub *s, const struct kvt_submit_opts *o)
+{
+	struct kvt_subinfo *si = &s->info;
+	struct kvt_desc *d = &s->whole;
+
+	memset(si, 0, sizeof(*si));
+	si->req = (const uint8_t *)&s->b->req[s->first];
+	si->n = s->n;
+	si->stride = sizeof(struct kvt_req);
+	si->cuda_event = o->cuda_event;
+	if (s->flags & SUB_F_FENCE) {
+		si->fence_rm = &s->fence_ri->rm;
+		si->fence_addr = s->tail[TAIL_FENCE].remote;
+		si->room = s->tail[TAIL_FENCE].value;
+	}
+	if (s->flags & SUB_F_NOTIFY) {
+		si->notify = s->payload;
+		si->notify_len = s->notify_len;
+	}
+	si->done = &s->done;
+	memset(d, 0, sizeof(*d));
+	d->op = KVT_DESC_SUB;
+	d->flags = KVT_DF_EMBEDDED;
+	d->owner = s;
+	d->port = s->port;
+	d->conn = s->peer->conn[s->port];
+	d->data = si;
+	d->len = s->n;
 }
 
 static void
@@ -462,6 +501,8 @@ tails_prepare(struct kvt_sub *s, const struct kvt_submit_opts *o)
 	d->remote = (uintptr_t)&s->done;
 	d->value = 1;
 	d->len = 8;
+	if (s->mode == SUB_WHOLE)
+		whole_prepare(s, o);
 }
 
 /* @return 1 when the submission is fully queued. */
@@ -471,6 +512,13 @@ pump_sub(struct kvt_batch *b, struct kvt_sub *s)
 	struct kvt_desc *d[KVT_BURST];
 	unsigned int k, i, left;
 
+	if (s->mode == SUB_WHOLE) {
+		if (s->tails_queued)
+			return 1;
+		s->tails_queued = 1;
+		d[0] = &s->whole;
+		return enqueue(b, d, 1);
+	}
 	while (s->slices_left > 0) {
 		k = (unsigned int)RTE_MIN(s->slices_left, (uint64_t)KVT_BURST);
 		if (rte_mempool_get_bulk(kvt_eng->pool, (void **)d, k) != 0) {
@@ -572,15 +620,17 @@ check_xfer(struct kvt_sub *s, struct kvt_peer *p, const struct kvt_xfer *x,
 	if (r->mask == 0)
 		return KVT_REFUSE(EHOSTUNREACH, "submit: xfer %u: no port reaches peer %s for this memory",
 				  i, p->info.name);
-	r->op = (uint8_t)x->op;
+	r->x.op = x->op;
 	s->slices_left += (x->len + kvt_eng->o.slice - 1) / kvt_eng->o.slice;
 	if (x->op == KVT_OP_WRITE)
 		s->wbytes += x->len;
 	else
 		s->rbytes += x->len;
-	r->local = x->local;
-	r->remote = x->remote;
-	r->len = x->len;
+	r->x.local = x->local;
+	r->x.remote = x->remote;
+	r->x.len = x->len;
+	r->x.lm = &r->m->lm;
+	r->x.rm = &r->ri->rm;
 	r->settled = 0;
 	r->err = 0;
 	r->s = s;
@@ -633,10 +683,10 @@ claim_writes(struct kvt_batch *b, struct kvt_sub *s)
 	for (i = 0; i < s->n; i++) {
 		const struct kvt_req *q = &b->req[s->first + i];
 
-		if (q->op != KVT_OP_WRITE)
+		if (q->x.op != KVT_OP_WRITE)
 			continue;
-		r[n].lo = q->remote;
-		r[n].hi = q->remote + q->len;
+		r[n].lo = q->x.remote;
+		r[n].hi = q->x.remote + q->x.len;
 		r[n].ri = q->ri;
 		if (n > 0 && range_cmp(&r[n - 1], &r[n]) > 0)
 			sorted = 0;
@@ -679,10 +729,11 @@ sub_new(struct kvt_batch *b)
 		if (c == NULL)
 			return NULL;
 		b->chunk = c;
-		c[b->nchunks] = aligned_alloc(RTE_CACHE_LINE_SIZE,
-					      SUB_CHUNK * sizeof(struct kvt_sub));
+		/* Whole pages: a GPU may store completion words here. */
+		c[b->nchunks] = aligned_alloc(4096, SUB_CHUNK_BYTES);
 		if (c[b->nchunks] == NULL)
 			return NULL;
+		kvt_host_register(c[b->nchunks], SUB_CHUNK_BYTES);
 		b->nchunks++;
 	}
 	return sub_at(b, b->nsubs);
@@ -734,23 +785,32 @@ choose_mode(struct kvt_batch *b, struct kvt_sub *s)
 	uint32_t all = 0;
 	unsigned int i, port;
 
+	uint32_t flags;
+
 	for (i = s->first; i < s->first + s->n; i++)
 		all |= b->req[i].mask;
 	s->mode = SUB_STRIPED;
 	if (all == 0) {
-		/* No data: the tail picks its own port. */
-		s->port = 0;
+		/* No data: the tail picks its own port, unless a port that
+		 * takes whole submissions is the best way to the peer. */
+		all = best_ports(s->flags & SUB_F_FENCE ? s->fence_mask :
+				 s->peer->conn_mask);
+		port = (unsigned int)__builtin_ctz(all);
+		s->port = (uint16_t)port;
+		if (kvt_eng->ports[port]->pmd->ops->flags & KVT_PMD_F_WHOLE)
+			s->mode = SUB_WHOLE;
 		return;
 	}
 	port = (unsigned int)__builtin_ctz(all);
-	if ((all & (all - 1)) == 0 &&
-	    (kvt_eng->ports[port]->pmd->ops->flags & KVT_PMD_F_ORDERED) &&
-	    (!(s->flags & SUB_F_FENCE) || (s->fence_mask & all))) {
+	s->port = (uint16_t)port;
+	flags = kvt_eng->ports[port]->pmd->ops->flags;
+	if ((all & (all - 1)) != 0 ||
+	    ((s->flags & SUB_F_FENCE) && !(s->fence_mask & all)))
+		return;
+	if (flags & KVT_PMD_F_WHOLE)
+		s->mode = SUB_WHOLE;
+	else if (flags & KVT_PMD_F_ORDERED)
 		s->mode = SUB_ORDERED;
-		s->port = (uint16_t)port;
-	} else {
-		s->port = (uint16_t)port;
-	}
 }
 
 int
@@ -792,13 +852,20 @@ kvt_submit(struct kvt_batch *b, struct kvt_peer *p, const struct kvt_xfer *xf,
 		ret = check_xfer(s, p, &xf[i], i, &b->req[b->used + i]);
 	if (ret == 0 && !(o->flags & KVT_SUBMIT_ALLOW_OVERLAP))
 		ret = claim_writes(b, s);
+	if (ret == 0) {
+		choose_mode(b, s);
+		if (o->cuda_event != NULL && s->mode != SUB_WHOLE) {
+			while (b->nclaims > s->claim_first)
+				kvt_claim_drop(&b->claims[--b->nclaims]);
+			ret = KVT_REFUSE(ENOTSUP, "submit: a CUDA event needs a transport that takes whole submissions (nvlink)");
+		}
+	}
 	if (ret == 0)
 		refs_add(b, s, 1);
 	kvt_rcu_read_unlock(tok);
 	if (ret < 0)
 		return ret;
 
-	choose_mode(b, s);
 	tails_prepare(s, o);
 	if (n == 0) {
 		memset(&b->req[b->used], 0, sizeof(b->req[0]));
@@ -808,7 +875,7 @@ kvt_submit(struct kvt_batch *b, struct kvt_peer *p, const struct kvt_xfer *xf,
 	}
 	b->used += s->n;
 	b->nsubs++;
-	if (n == 0) {
+	if (n == 0 && s->mode == SUB_STRIPED) {
 		/* Only a fence and/or a notification: they go out now. */
 		if (!lcores_up())
 			set_err(&s->err, -ECANCELED);
@@ -928,7 +995,7 @@ kvt_status(struct kvt_batch *b, unsigned int idx)
 	if (s->mode == SUB_STRIPED && s->flags == 0) {
 		/* Requests settle one by one; a cancelled one never fills
 		 * its settled word, but its submission is done. */
-		if (__atomic_load_n(&r->settled, __ATOMIC_ACQUIRE) < r->len &&
+		if (__atomic_load_n(&r->settled, __ATOMIC_ACQUIRE) < r->x.len &&
 		    !sub_done(s))
 			return -EINPROGRESS;
 		return __atomic_load_n(&r->err, __ATOMIC_ACQUIRE);
@@ -992,8 +1059,10 @@ batch_destroy(struct kvt_batch *b)
 	/* Concurrent overlap checks may still read our ranges. */
 	if (b->claimed)
 		kvt_rcu_synchronize();
-	for (i = 0; i < b->nchunks; i++)
+	for (i = 0; i < b->nchunks; i++) {
+		kvt_host_unregister(b->chunk[i]);
 		free(b->chunk[i]);
+	}
 	free(b->chunk);
 	free(b->req);
 	free(b->ranges);

@@ -88,6 +88,29 @@ default_lcores_arg(char *buf, size_t len, unsigned int nports)
 	return (size_t)off < len ? 0 : -ENOSPC;
 }
 
+/*
+ * A shared DPDK build loads its mempool handlers as drivers from the
+ * driver directory it was built for.  Where that directory does not exist
+ * (a machine the libraries were carried to), name the ring handler so EAL
+ * loads it from the library path.  @return arguments added.
+ */
+static int
+mempool_driver_arg(char **args)
+{
+#if defined(RTE_EAL_PMD_PATH) && defined(KVT_DPDK_ABI)
+	static char lib[] = "librte_mempool_ring.so." KVT_DPDK_ABI;
+
+	if (access(RTE_EAL_PMD_PATH, F_OK) == 0)
+		return 0;
+	args[0] = (char *)"-d";
+	args[1] = lib;
+	return 2;
+#else
+	RTE_SET_USED(args);
+	return 0;
+#endif
+}
+
 static int
 eal_start(int eal_argc, char **eal_argv)
 {
@@ -125,6 +148,7 @@ eal_start(int eal_argc, char **eal_argv)
 		args[n++] = mem;
 		args[n++] = prefix;
 		args[n++] = lcores;
+		n += mempool_driver_arg(args + n);
 	}
 	args[n] = NULL;
 	ret = rte_eal_init(n, args);

@@ -27,10 +27,26 @@ struct kvt_fence_table {
 	uint64_t *expect;	/* armed room per slot */
 	struct kvt_mem *m;
 	struct kvt_loc loc;
+	const struct kvt_pmd *dev;	/* owns the device memory, or NULL */
 };
 
 struct kvt_mem *kvt_mem_register_flags(void *addr, size_t len,
 				       const char *loc, uint32_t flags);
+
+/* The transport that reaches device memory (copies, stream waits). */
+static const struct kvt_pmd *
+dev_pmd(void)
+{
+	struct kvt_port *p;
+	unsigned int i;
+
+	for (i = 0; i < kvt_port_count(); i++) {
+		p = kvt_port_get(i);
+		if (p->pmd->ops->dev_copy != NULL)
+			return p->pmd;
+	}
+	return NULL;
+}
 
 static struct kvt_fence_table *tables;
 static pthread_mutex_t tables_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -38,6 +54,8 @@ static pthread_mutex_t tables_lock = PTHREAD_MUTEX_INITIALIZER;
 static void
 table_free(struct kvt_fence_table *ft)
 {
+	if (ft->dev == NULL)
+		kvt_host_unregister(ft->words);
 	kvt_mem_free(ft->words);
 	free(ft->expect);
 	ft->magic = 0;
@@ -48,6 +66,19 @@ static int
 ft_ok(const struct kvt_fence_table *ft, uint32_t slot)
 {
 	return ft != NULL && ft->magic == KVT_FENCE_MAGIC && slot < ft->nslots;
+}
+
+static int
+zero_device(struct kvt_fence_table *ft, size_t len)
+{
+	uint64_t *z = calloc(1, len);
+	int ret;
+
+	if (z == NULL)
+		return -ENOMEM;
+	ret = ft->dev->ops->dev_copy(ft->words, z, len);
+	free(z);
+	return ret;
 }
 
 struct kvt_fence_table *
@@ -77,11 +108,13 @@ kvt_fence_table_create(uint32_t nslots, const char *locs)
 		goto free_ft;
 	}
 	if (ft->loc.type != KVT_LOC_CPU) {
-		/* Device tables are the NVLink PMD's; none here. */
-		KVT_LOG(ERR, "fence table at %s: only host tables are supported here",
-			locs);
-		err = ENOTSUP;
-		goto free_ft;
+		ft->dev = dev_pmd();
+		if (ft->dev == NULL) {
+			KVT_LOG(ERR, "fence table at %s: no transport here reaches device memory",
+				locs);
+			err = ENODEV;
+			goto free_ft;
+		}
 	}
 	ft->expect = calloc(nslots, sizeof(*ft->expect));
 	ft->words = kvt_mem_alloc(len, locs);
@@ -89,7 +122,14 @@ kvt_fence_table_create(uint32_t nslots, const char *locs)
 		err = ft->words == NULL ? rte_errno : ENOMEM;
 		goto free_words;
 	}
-	memset(ft->words, 0, len);
+	if (ft->dev == NULL) {
+		memset(ft->words, 0, len);
+		/* GPUs on this host may wait on it (kvt_fence_wait_stream). */
+		kvt_host_register(ft->words, len);
+	} else if (zero_device(ft, len) < 0) {
+		err = EIO;
+		goto free_words;
+	}
 	ft->m = kvt_mem_register_flags(ft->words, len, locs,
 				       KVT_MEM_REMOTE_WRITE | KVT_MEM_F_FENCE);
 	if (ft->m == NULL) {
@@ -166,9 +206,18 @@ kvt_fence_table_words(const struct kvt_fence_table *ft)
 int
 kvt_fence_arm(struct kvt_fence_table *ft, uint32_t slot, uint64_t room)
 {
+	static const uint64_t zero;
+	int ret;
+
 	if (!ft_ok(ft, slot) || room == 0)
 		return -EINVAL;
-	__atomic_store_n(&ft->words[slot], 0, __ATOMIC_RELEASE);
+	if (ft->dev != NULL) {
+		ret = ft->dev->ops->dev_copy(&ft->words[slot], &zero, 8);
+		if (ret < 0)
+			return ret;
+	} else {
+		__atomic_store_n(&ft->words[slot], 0, __ATOMIC_RELEASE);
+	}
 	__atomic_store_n(&ft->expect[slot], room, __ATOMIC_RELEASE);
 	return 0;
 }
@@ -180,8 +229,14 @@ kvt_fence_poll(struct kvt_fence_table *ft, uint32_t slot)
 
 	if (!ft_ok(ft, slot))
 		return -EINVAL;
-	/* Acquire: the data written before the fence is visible after. */
-	v = __atomic_load_n(&ft->words[slot], __ATOMIC_ACQUIRE);
+	if (ft->dev != NULL) {
+		/* A device word: read with a copy (a GPU wait is cheaper). */
+		if (ft->dev->ops->dev_copy(&v, &ft->words[slot], 8) < 0)
+			return -EIO;
+	} else {
+		/* Acquire: data written before the fence is visible after. */
+		v = __atomic_load_n(&ft->words[slot], __ATOMIC_ACQUIRE);
+	}
 	if (v == 0)
 		return -EAGAIN;
 	return v == __atomic_load_n(&ft->expect[slot], __ATOMIC_ACQUIRE) ?
@@ -207,4 +262,21 @@ kvt_fence_wait(struct kvt_fence_table *ft, uint32_t slot, uint64_t timeout_us)
 		else
 			nanosleep(&nap, NULL);
 	}
+}
+
+int
+kvt_fence_wait_stream(struct kvt_fence_table *ft, uint32_t slot,
+		      void *cuda_stream, uint64_t timeout_us, uint32_t *status)
+{
+	const struct kvt_pmd *p;
+
+	if (!ft_ok(ft, slot) || status == NULL)
+		return -EINVAL;
+	p = ft->dev != NULL ? ft->dev : dev_pmd();
+	if (p == NULL || p->ops->stream_wait == NULL)
+		return -ENOTSUP;
+	return p->ops->stream_wait(&ft->words[slot],
+				   __atomic_load_n(&ft->expect[slot],
+						   __ATOMIC_ACQUIRE),
+				   timeout_us * 1000, status, cuda_stream);
 }

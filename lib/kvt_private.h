@@ -111,6 +111,8 @@ struct kvt_lcore {
 int kvt_ports_probe(void);
 int kvt_ports_assign(void);
 int kvt_ports_start(void);
+void kvt_host_register(void *addr, size_t len);
+void kvt_host_unregister(void *addr);
 void kvt_ports_stop(void);
 void kvt_ports_remove(void);
 struct kvt_port *kvt_port_get(unsigned int id);

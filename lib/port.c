@@ -267,3 +267,34 @@ kvt_port_stats(unsigned int port, struct kvt_port_stats *st)
 	st->retries = __atomic_load_n(&p->st.retries, __ATOMIC_RELAXED);
 	return 0;
 }
+
+/*
+ * Batch memory that ports write completions to: let every transport that
+ * needs to (a GPU storing the done word) register it.  Also used after
+ * kvt_fini() for unregistering, so it walks the static PMD list.
+ */
+void
+kvt_host_register(void *addr, size_t len)
+{
+	const struct kvt_pmd *p;
+	int ret;
+
+	for (p = kvt_pmds; p != NULL; p = p->next) {
+		if (p->ops->host_register == NULL)
+			continue;
+		ret = p->ops->host_register(addr, len);
+		if (ret < 0)
+			KVT_LOG(WARNING, "transport %s cannot register batch memory: %s",
+				p->name, strerror(-ret));
+	}
+}
+
+void
+kvt_host_unregister(void *addr)
+{
+	const struct kvt_pmd *p;
+
+	for (p = kvt_pmds; p != NULL; p = p->next)
+		if (p->ops->host_unregister != NULL)
+			p->ops->host_unregister(addr);
+}

@@ -6,10 +6,12 @@
  * Started as: kvt-testpeer [EAL args] -- [--kvt-* options]
  * It first prints "ready <addr> <pid>".  Commands:
  *   alloc ID BYTES PERMS     kvt_mem_alloc + register (PERMS: rw, r, w, -)
+ *   calloc ID BYTES PERMS DEV   the same on cuda:DEV (CUDA builds)
  *   malloc ID BYTES PERMS    plain malloc + register
  *   fill ID OFF LEN SEED     write the test pattern
  *   sum ID OFF LEN           xxh64 of the bytes
- *   fence NSLOTS             create the fence table -> its handle
+ *   fence NSLOTS [LOC]       create the fence table -> its handle
+ *   fwaitstream SLOT US      wait on a CUDA stream (kvt_fence_wait_stream)
  *   arm SLOT ROOM            arm a slot
  *   fpoll SLOT               kvt_fence_poll result
  *   fwait SLOT US            kvt_fence_wait result
@@ -33,6 +35,10 @@
 
 #include "kvt.h"
 #include "test_common.h"
+#ifdef KVT_HAVE_CUDA
+#include <cuda_runtime_api.h>
+#include "test_cuda.h"
+#endif
 
 #define MAX_IDS 16
 
@@ -41,6 +47,7 @@ static struct {
 	size_t len;
 	struct kvt_mem *m;
 	int alloced;
+	int dev;		/* CUDA device, or -1 for host memory */
 } mem[MAX_IDS];
 static struct kvt_fence_table *ft;
 static struct kvt_peer *peer;
@@ -65,22 +72,27 @@ id_ok(unsigned int id, size_t off, size_t len)
 }
 
 static void
-cmd_alloc(unsigned int id, size_t len, const char *pr, int use_malloc)
+cmd_alloc(unsigned int id, size_t len, const char *pr, int use_malloc, int dev)
 {
+	char loc[16] = "cpu:0";
 	uint8_t *p;
 
 	if (id >= MAX_IDS || mem[id].p != NULL) {
 		printf("err id\n");
 		return;
 	}
+	if (dev >= 0)
+		snprintf(loc, sizeof(loc), "cuda:%d", dev);
 	p = use_malloc ? aligned_alloc(4096, (len + 4095) & ~(size_t)4095) :
-		kvt_mem_alloc(len, "cpu:0");
+		kvt_mem_alloc(len, loc);
 	if (p == NULL) {
 		printf("err alloc %d\n", rte_errno);
 		return;
 	}
-	memset(p, 0, len);
-	mem[id].m = kvt_mem_register(p, len, "cpu:0", perms(pr));
+	mem[id].dev = dev;
+	if (dev < 0)
+		memset(p, 0, len);
+	mem[id].m = kvt_mem_register(p, len, loc, perms(pr));
 	if (mem[id].m == NULL) {
 		printf("err register %d\n", rte_errno);
 		return;
@@ -89,6 +101,52 @@ cmd_alloc(unsigned int id, size_t len, const char *pr, int use_malloc)
 	mem[id].len = len;
 	mem[id].alloced = !use_malloc;
 	printf("ok %#" PRIxPTR "\n", (uintptr_t)p);
+}
+
+static uint64_t
+region_hash(unsigned int id, size_t off, size_t len)
+{
+#ifdef KVT_HAVE_CUDA
+	if (mem[id].dev >= 0)
+		return tc_cuda_hash(mem[id].p + off, len);
+#endif
+	return tc_hash(mem[id].p + off, len);
+}
+
+static void
+region_fill(unsigned int id, size_t off, size_t len, uint64_t seed)
+{
+#ifdef KVT_HAVE_CUDA
+	if (mem[id].dev >= 0) {
+		tc_cuda_fill(mem[id].p + off, len, seed);
+		return;
+	}
+#endif
+	tc_fill(mem[id].p + off, len, seed);
+}
+
+static void
+cmd_wait_stream(uint32_t slot, uint64_t us)
+{
+#ifdef KVT_HAVE_CUDA
+	uint32_t *st = NULL, v = 0;
+	cudaStream_t s;
+	int ret;
+
+	cudaStreamCreate(&s);
+	cudaMalloc((void **)&st, sizeof(*st));
+	cudaMemset(st, 0, sizeof(*st));
+	ret = kvt_fence_wait_stream(ft, slot, s, us, st);
+	cudaStreamSynchronize(s);
+	cudaMemcpy(&v, st, sizeof(v), cudaMemcpyDeviceToHost);
+	cudaFree(st);
+	cudaStreamDestroy(s);
+	printf("ok %d %u\n", ret, v);
+#else
+	(void)slot;
+	(void)us;
+	printf("err no CUDA\n");
+#endif
 }
 
 /* Wait for n notifications "OFF LEN HASH", checking each on arrival. */
@@ -109,7 +167,7 @@ cmd_watch(unsigned int n, unsigned int id, uint64_t us)
 		text[msg.len] = '\0';
 		if (sscanf(text, "%llu %llu %" SCNx64, &off, &len, &hash) != 3 ||
 		    !id_ok(id, off, len) ||
-		    tc_hash(mem[id].p + off, len) != hash)
+		    region_hash(id, off, len) != hash)
 			bad++;
 	}
 	printf("ok %u %u\n", got, bad);
@@ -157,24 +215,30 @@ dispatch(char *line)
 	unsigned long long x, y, z, w;
 	unsigned int id;
 
-	if (sscanf(line, "alloc %u %llu %63s", &id, &x, a) == 3) {
-		cmd_alloc(id, x, a, 0);
+	if (sscanf(line, "calloc %u %llu %63s %llu", &id, &x, a, &w) == 4) {
+		cmd_alloc(id, x, a, 0, (int)w);
+	} else if (sscanf(line, "alloc %u %llu %63s", &id, &x, a) == 3) {
+		cmd_alloc(id, x, a, 0, -1);
 	} else if (sscanf(line, "malloc %u %llu %63s", &id, &x, a) == 3) {
-		cmd_alloc(id, x, a, 1);
+		cmd_alloc(id, x, a, 1, -1);
 	} else if (sscanf(line, "fill %u %llu %llu %llu", &id, &x, &y, &z) == 4) {
 		if (!id_ok(id, x, y)) {
 			printf("err range\n");
 			return 0;
 		}
-		tc_fill(mem[id].p + x, y, z);
+		region_fill(id, x, y, z);
 		printf("ok\n");
 	} else if (sscanf(line, "sum %u %llu %llu", &id, &x, &y) == 3) {
 		if (!id_ok(id, x, y))
 			printf("err range\n");
 		else
-			printf("ok %" PRIx64 "\n", tc_hash(mem[id].p + x, y));
+			printf("ok %" PRIx64 "\n", region_hash(id, x, y));
+	} else if (sscanf(line, "fwaitstream %llu %llu", &x, &y) == 2) {
+		cmd_wait_stream((uint32_t)x, y);
 	} else if (sscanf(line, "fence %llu", &x) == 1) {
-		ft = kvt_fence_table_create((uint32_t)x, NULL);
+		b[0] = '\0';
+		sscanf(line, "fence %*u %63s", b);
+		ft = kvt_fence_table_create((uint32_t)x, b[0] ? b : NULL);
 		if (ft == NULL)
 			printf("err %d\n", rte_errno);
 		else

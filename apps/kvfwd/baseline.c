@@ -50,6 +50,10 @@ kvfwd_baseline(const struct kvfwd_opts *o, const char **name)
 		*name = "memcpy";
 		return memcpy_gbps(o);
 	}
+	if (kvfwd_is_dev(o->src_loc) && kvfwd_is_dev(o->dst_loc)) {
+		*name = "cudaMemcpyPeerAsync";
+		return kvfwd_gpu_copy_gbps(o);
+	}
 	*name = NULL;
 	return -1;
 }

@@ -127,8 +127,8 @@ read_check(struct worker *w, unsigned int n, uint64_t first_block)
 
 	for (i = 0; i < n; i++) {
 		w->read_checked++;
-		if (!kvfwd_pattern_ok(w->src + i * o->block, o->block,
-				      first_block + i + 1))
+		if (!kvfwd_check(w->src + i * o->block, o->block,
+				 first_block + i + 1, kvfwd_is_dev(o->src_loc)))
 			w->read_bad++;
 	}
 }
@@ -271,7 +271,8 @@ fence_worker(void *arg)
 	double t0;
 
 	if (!o->verify)
-		kvfwd_pattern(w->src, (uint64_t)o->batch * o->block, w->id);
+		kvfwd_fill(w->src, (uint64_t)o->batch * o->block, w->id,
+			   kvfwd_is_dev(o->src_loc), 0);
 	while (c != NULL && b != NULL && !sh->failed &&
 	       (want = take_blocks(sh, o->batch)) > 0) {
 		n = take_credits(sh, c, want);
@@ -288,13 +289,16 @@ fence_worker(void *arg)
 		t0 = kvfwd_now();
 		for (i = 0; i < n; i++) {
 			src = w->src + (uint64_t)i * o->block;
-			if (o->verify) {
-				kvfwd_pattern(src, o->block, c[i].room);
-				/* Test-only fault: damage one block. */
-				if (__atomic_fetch_add(&sh->blocks_sent, 1,
-						       __ATOMIC_RELAXED) ==
-				    (uint64_t)o->fault_block)
-					src[o->block / 2] ^= 0x5a;
+			/* Test-only fault: damage one block. */
+			if (o->verify &&
+			    kvfwd_fill(src, o->block, c[i].room,
+				       kvfwd_is_dev(o->src_loc),
+				       __atomic_fetch_add(&sh->blocks_sent, 1,
+							  __ATOMIC_RELAXED) ==
+				       (uint64_t)o->fault_block) < 0) {
+				fprintf(stderr, "kvfwd: cannot fill the source\n");
+				sh->failed = 1;
+				break;
 			}
 			if (submit_fenced(sh, b, src, &c[i]) < 0) {
 				fprintf(stderr, "kvfwd: fenced submit failed\n");

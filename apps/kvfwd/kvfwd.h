@@ -72,6 +72,13 @@ void kvfwd_pattern(void *p, uint64_t len, uint64_t seed);
 /* @return 1 when p holds the pattern of seed. */
 int kvfwd_pattern_ok(const void *p, uint64_t len, uint64_t seed);
 
+/* The same for memory that may be on a GPU (dev != 0). */
+int kvfwd_is_dev(const char *loc);
+int kvfwd_fill(void *dst, uint64_t len, uint64_t seed, int dev, int corrupt);
+int kvfwd_check(const void *src, uint64_t len, uint64_t seed, int dev);
+/* Raw cudaMemcpyPeerAsync in the run's pattern; GB/s or < 0. */
+double kvfwd_gpu_copy_gbps(const struct kvfwd_opts *o);
+
 int kvfwd_target(const struct kvfwd_opts *o, FILE *ready);
 int kvfwd_initiator(const struct kvfwd_opts *o, struct kvfwd_result *res);
 /* Raw copy the transport competes with; @return GB/s or < 0. */

@@ -171,7 +171,8 @@ on_hello(struct target *t, const char *text)
 	if (strcmp(op, "read") == 0) {
 		/* Read verify: every block holds the pattern of its index. */
 		for (s = 0; s < t->o->buffer / block; s++)
-			kvfwd_pattern(t->buf + s * block, block, s + 1);
+			kvfwd_fill(t->buf + s * block, block, s + 1,
+				   kvfwd_is_dev(t->o->dst_loc), 0);
 	}
 	t->back = kvt_peer_open(addr, 5000);
 	if (t->back == NULL) {
@@ -221,9 +222,9 @@ scan_slots(struct target *t)
 		if (ret == 0) {
 			t->checked++;
 			if (t->verify &&
-			    !kvfwd_pattern_ok(t->buf + (uint64_t)s * t->block,
-					      t->block,
-					      kvfwd_room(t->round[s], s)))
+			    !kvfwd_check(t->buf + (uint64_t)s * t->block,
+					 t->block, kvfwd_room(t->round[s], s),
+					 kvfwd_is_dev(t->o->dst_loc)))
 				t->mixed++;
 		} else {
 			t->stale++;

@@ -1,0 +1,144 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * NVLink kernels: the gather/scatter copy for many small pages, which
+ * also writes the fence and completion words, and the receiver's fence
+ * wait.
+ *
+ * Ordering: every block copies its share, then __threadfence_system() and
+ * counts itself done with an atomic; the block that counts last therefore
+ * sees every other block's writes ordered before its own, and only then
+ * stores the fence (st.release.sys), the done word and the progress word.
+ * A receiver that reads the fence with an acquire load sees the data.
+ */
+#include <stdint.h>
+
+#include "nvlink.h"
+
+#define WARP 32
+#define UNROLL 4
+
+/* One warp copies one task; lanes move 16 bytes each, UNROLL at a time. */
+__device__ static void
+copy_task(const struct kvt_nv_task *t, unsigned int lane)
+{
+	const uint8_t *s = (const uint8_t *)t->src;
+	uint8_t *d = (uint8_t *)t->dst;
+	uint64_t len = t->len, off = 0, i;
+	uint4 v[UNROLL];
+	int k;
+
+	if (((t->src | t->dst) & 15) == 0) {
+		const uint64_t step = WARP * 16 * UNROLL;
+
+		for (; off + step <= len; off += step) {
+#pragma unroll
+			for (k = 0; k < UNROLL; k++)
+				v[k] = *(const uint4 *)(s + off + (k * WARP + lane) * 16);
+#pragma unroll
+			for (k = 0; k < UNROLL; k++)
+				*(uint4 *)(d + off + (k * WARP + lane) * 16) = v[k];
+		}
+		for (; off + 16 * WARP <= len; off += 16 * WARP)
+			*(uint4 *)(d + off + lane * 16) =
+				*(const uint4 *)(s + off + lane * 16);
+	}
+	for (i = off + lane; i < len; i += WARP)
+		d[i] = s[i];
+}
+
+__device__ static void
+store_release_sys(uint64_t addr, uint64_t v)
+{
+	asm volatile("st.release.sys.global.u64 [%0], %1;"
+		     :: "l"(addr), "l"(v) : "memory");
+}
+
+__global__ static void
+gather(const struct kvt_nv_task *tasks, uint32_t n, struct kvt_nv_tail tail)
+{
+	const unsigned int lane = threadIdx.x % WARP;
+	const uint64_t warps = (uint64_t)gridDim.x * (blockDim.x / WARP);
+	uint64_t w = (uint64_t)blockIdx.x * (blockDim.x / WARP) +
+		threadIdx.x / WARP;
+	__shared__ unsigned int last;
+
+	for (; w < n; w += warps)
+		copy_task(&tasks[w], lane);
+	__threadfence_system();
+	__syncthreads();
+	if (threadIdx.x == 0)
+		last = atomicAdd((unsigned int *)tail.counter, 1) ==
+			gridDim.x - 1;
+	__syncthreads();
+	if (!last || threadIdx.x != 0)
+		return;
+	/* Every block's copies happen-before this point. */
+	__threadfence_system();
+	*(unsigned int *)tail.counter = 0;	/* reusable by a later launch */
+	if (tail.fence)
+		store_release_sys(tail.fence, tail.room);
+	if (tail.done)
+		store_release_sys(tail.done, 1);
+	if (tail.progress)
+		store_release_sys(tail.progress, tail.ticket);
+}
+
+extern "C" int
+kvt_nv_gather(const struct kvt_nv_task *tasks, uint32_t n,
+	      const struct kvt_nv_tail *tail, unsigned int blocks, void *stream)
+{
+	gather<<<blocks, 512, 0, (cudaStream_t)stream>>>(tasks, n, *tail);
+	return (int)cudaGetLastError();
+}
+
+__device__ static uint64_t
+load_acquire_sys(const uint64_t *p)
+{
+	uint64_t v;
+
+	asm volatile("ld.acquire.sys.global.u64 %0, [%1];"
+		     : "=l"(v) : "l"(p) : "memory");
+	return v;
+}
+
+__device__ static uint64_t
+now_ns(void)
+{
+	uint64_t t;
+
+	asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+	return t;
+}
+
+__global__ static void
+fence_wait(const uint64_t *word, uint64_t room, uint64_t timeout_ns,
+	   uint32_t *status)
+{
+	uint64_t start = now_ns(), v;
+
+	for (;;) {
+		v = load_acquire_sys(word);
+		if (v == room) {
+			*(volatile uint32_t *)status = 1;
+			break;
+		}
+		if (v != 0) {
+			*(volatile uint32_t *)status = 2;
+			break;
+		}
+		if (now_ns() - start > timeout_ns) {
+			*(volatile uint32_t *)status = 3;
+			break;
+		}
+	}
+	__threadfence_system();
+}
+
+extern "C" int
+kvt_nv_fence_wait(const uint64_t *word, uint64_t room, uint64_t timeout_ns,
+		  uint32_t *status, void *stream)
+{
+	fence_wait<<<1, 1, 0, (cudaStream_t)stream>>>(word, room, timeout_ns,
+						       status);
+	return (int)cudaGetLastError();
+}

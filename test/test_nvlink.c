@@ -1,0 +1,321 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * The NVLink transport between two processes on two GPUs.  Needs a CUDA
+ * build and two GPUs; elsewhere every test skips and says why.  Run on
+ * the GPU machine with scripts/gpu-test.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <sys/wait.h>
+
+#include <criterion/criterion.h>
+#include <rte_errno.h>
+
+#include "kvt.h"
+#include "test_common.h"
+#ifdef KVT_HAVE_CUDA
+#include <cuda_runtime_api.h>
+#include "test_cuda.h"
+#endif
+
+#define MiB ((uint64_t)1 << 20)
+#define GiB ((uint64_t)1 << 30)
+
+/* Skip unless two GPUs are usable. */
+static void
+need_two_gpus(void)
+{
+#ifdef KVT_HAVE_CUDA
+	char why[256] = "";
+	int n = tc_cuda_devices(why, sizeof(why));
+
+	if (n < 0)
+		cr_skip_test("no CUDA device: %s", why);
+	if (n < 2)
+		cr_skip_test("needs two GPUs, found %d", n);
+#else
+	cr_skip_test("built without CUDA (meson -Dcuda=enabled)");
+#endif
+}
+
+#ifdef KVT_HAVE_CUDA
+
+static uint64_t
+peer_addr(struct tc_peer *t, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+
+static uint64_t
+peer_addr(struct tc_peer *t, const char *fmt, ...)
+{
+	char cmd[256], buf[128];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(cmd, sizeof(cmd), fmt, ap);
+	va_end(ap);
+	cr_assert_eq(tc_peer_cmd(t, buf, sizeof(buf), "%s", cmd), 0, "%s: %s",
+		     cmd, buf);
+	return strtoull(buf, NULL, 0);
+}
+
+static uint64_t
+peer_sum(struct tc_peer *t, uint64_t off, uint64_t len)
+{
+	char buf[128];
+
+	cr_assert_eq(tc_peer_cmd(t, buf, sizeof(buf), "sum 0 %" PRIu64 " %" PRIu64,
+				 off, len), 0, "%s", buf);
+	return strtoull(buf, NULL, 16);
+}
+
+static int
+xfer1(struct kvt_peer *p, uint32_t op, void *local, uint64_t remote,
+      uint64_t len, const struct kvt_submit_opts *o)
+{
+	struct kvt_xfer x = { .op = op, .local = local, .remote = remote,
+			      .len = len };
+	struct kvt_batch *b = kvt_batch_alloc(1);
+	int ret;
+
+	ret = kvt_submit(b, p, &x, 1, o);
+	if (ret >= 0) {
+		cr_assert_eq(kvt_wait(b, 60000000), 0);
+		ret = kvt_status(b, 0);
+	}
+	kvt_batch_free(b);
+	return ret;
+}
+
+/* Our engine on GPU 0, a kvt-testpeer whose buffer is on GPU 1. */
+static struct kvt_peer *
+setup(struct tc_peer *t, uint64_t len, uint8_t **local, uint64_t *remote)
+{
+	struct kvt_peer *p;
+
+	cr_assert_geq(tc_engine_init("--kvt-pmd shm --kvt-pmd nvlink"), 0);
+	cr_assert_eq(tc_peer_start(t, "--kvt-pmd shm --kvt-pmd nvlink"), 0);
+	*local = kvt_mem_alloc(len, "cuda:0");
+	cr_assert_not_null(*local, "cuda:0 alloc: %s", rte_strerror(rte_errno));
+	cr_assert_not_null(kvt_mem_register(*local, len, "cuda:0", 0));
+	*remote = peer_addr(t, "calloc 0 %" PRIu64 " rw 1", len);
+	p = kvt_peer_open(t->addr, 10000);
+	cr_assert_not_null(p, "open: %s", rte_strerror(rte_errno));
+	return p;
+}
+
+#endif
+
+/* GPU0 -> GPU1 and back, 1 B to 1 GiB, unaligned too. */
+Test(nvlink, sizes_both_ways, .timeout = 600)
+{
+	need_two_gpus();
+#ifdef KVT_HAVE_CUDA
+	static const uint64_t sizes[] = { 1, 7, 4095, 4096, 65537, MiB + 3,
+					  16 * MiB, 256 * MiB, GiB };
+	struct tc_peer t;
+	struct kvt_peer *p;
+	uint8_t *local;
+	uint64_t remote, seed = 1, off;
+	unsigned int i;
+
+	p = setup(&t, GiB + 8192, &local, &remote);
+	for (i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++, seed++) {
+		off = sizes[i] < MiB ? 4093 : 0;
+		cr_assert_eq(tc_cuda_fill(local + off, sizes[i], seed), 0);
+		cr_assert_eq(xfer1(p, KVT_OP_WRITE, local + off, remote + off,
+				   sizes[i], NULL), 0, "write %" PRIu64, sizes[i]);
+		cr_assert_eq(peer_sum(&t, off, sizes[i]),
+			     tc_cuda_hash(local + off, sizes[i]),
+			     "GPU0->GPU1 %" PRIu64 " B damaged", sizes[i]);
+		cr_assert_eq(tc_peer_cmd(&t, NULL, 0, "fill 0 %" PRIu64 " %" PRIu64 " %" PRIu64,
+					 off, sizes[i], seed + 100), 0);
+		cr_assert_eq(xfer1(p, KVT_OP_READ, local + off, remote + off,
+				   sizes[i], NULL), 0, "read %" PRIu64, sizes[i]);
+		cr_assert_eq(tc_cuda_hash(local + off, sizes[i]),
+			     peer_sum(&t, off, sizes[i]),
+			     "GPU1->GPU0 %" PRIu64 " B damaged", sizes[i]);
+	}
+	kvt_peer_close(p);
+	tc_peer_stop(&t);
+	kvt_fini();
+#endif
+}
+
+/* Many small pages in one submission go out as one kernel launch. */
+Test(nvlink, scattered_pages_with_fence, .timeout = 300)
+{
+	need_two_gpus();
+#ifdef KVT_HAVE_CUDA
+	const unsigned int n = 4096;
+	const uint64_t pg = 4096;
+	struct kvt_submit_opts o = { .flags = KVT_SUBMIT_FENCE };
+	struct kvt_xfer *x = calloc(n, sizeof(*x));
+	struct kvt_batch *b = NULL;
+	struct tc_peer t;
+	struct kvt_peer *p;
+	uint8_t *local;
+	uint64_t remote, ft;
+	unsigned int i;
+	char buf[64];
+
+	p = setup(&t, n * pg, &local, &remote);
+	cr_assert_eq(tc_peer_cmd(&t, buf, sizeof(buf), "fence 16"), 0);
+	ft = strtoull(buf, NULL, 0);
+	kvt_peer_close(p);
+	p = kvt_peer_open(t.addr, 10000);	/* the fence table is known now */
+	cr_assert_eq(tc_cuda_fill(local, n * pg, 42), 0);
+	/* Reverse the page order: every page lands somewhere else. */
+	for (i = 0; i < n; i++)
+		x[i] = (struct kvt_xfer){ .op = KVT_OP_WRITE,
+			.local = local + (uint64_t)i * pg,
+			.remote = remote + (uint64_t)(n - 1 - i) * pg, .len = pg };
+	cr_assert_eq(tc_peer_num(&t, "arm 3 77"), 0);
+	o.fence = (struct kvt_fence_ref){ .table = ft, .slot = 3, .room = 77 };
+	b = kvt_batch_alloc(n);
+	cr_assert_eq(kvt_submit(b, p, x, n, &o), 0);
+	cr_assert_eq(tc_peer_num(&t, "fwait 3 10000000"), 0);
+	for (i = 0; i < n; i += 511)
+		cr_assert_eq(peer_sum(&t, (uint64_t)(n - 1 - i) * pg, pg),
+			     tc_cuda_hash(local + (uint64_t)i * pg, pg),
+			     "page %u", i);
+	cr_assert_eq(kvt_wait(b, 10000000), 0);
+	cr_assert_eq(kvt_status(b, 0), 0);
+	kvt_batch_free(b);
+	free(x);
+	kvt_peer_close(p);
+	tc_peer_stop(&t);
+	kvt_fini();
+#endif
+}
+
+/* The source is written by a late kernel on another stream; the submit
+ * only carries its event.  The destination must hold the new bytes. */
+Test(nvlink, event_guards_the_source, .timeout = 300)
+{
+	need_two_gpus();
+#ifdef KVT_HAVE_CUDA
+	const uint64_t len = 8 * MiB;
+	struct kvt_submit_opts o = { 0 };
+	struct kvt_xfer x;
+	struct kvt_batch *b;
+	struct tc_peer t;
+	struct kvt_peer *p;
+	cudaStream_t s;
+	cudaEvent_t ev;
+	uint8_t *local, *want;
+	uint64_t remote;
+	int round;
+
+	p = setup(&t, len, &local, &remote);
+	want = malloc(len);
+	cr_assert_eq(cudaSetDevice(0), cudaSuccess);
+	cr_assert_eq(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+	cr_assert_eq(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), cudaSuccess);
+	b = kvt_batch_alloc(1);
+	for (round = 1; round <= 20; round++) {
+		cr_assert_eq(tc_cuda_slow_fill(local, len, (uint8_t)round, 2000, s), 0);
+		cr_assert_eq(cudaEventRecord(ev, s), cudaSuccess);
+		o.cuda_event = ev;
+		x = (struct kvt_xfer){ .op = KVT_OP_WRITE, .local = local,
+				       .remote = remote, .len = len };
+		cr_assert_eq(kvt_submit(b, p, &x, 1, &o), 0);
+		cr_assert_eq(kvt_wait(b, 10000000), 0);
+		cr_assert_eq(kvt_status(b, 0), 0);
+		kvt_batch_reset(b);
+		memset(want, round, len);
+		cr_assert_eq(peer_sum(&t, 0, len), tc_hash(want, len),
+			     "round %d: stale source bytes arrived", round);
+	}
+	kvt_batch_free(b);
+	kvt_peer_close(p);
+	tc_peer_stop(&t);
+	kvt_fini();
+#endif
+}
+
+/* A fence table in GPU memory, waited on by a kernel. */
+Test(nvlink, device_fence_stream_wait, .timeout = 300)
+{
+	need_two_gpus();
+#ifdef KVT_HAVE_CUDA
+	struct kvt_submit_opts o = { .flags = KVT_SUBMIT_FENCE };
+	struct tc_peer t;
+	struct kvt_peer *p;
+	uint8_t *local;
+	uint64_t remote, ft;
+	char buf[64];
+	unsigned int ret, st;
+
+	p = setup(&t, MiB, &local, &remote);
+	cr_assert_eq(tc_peer_cmd(&t, buf, sizeof(buf), "fence 8 cuda:1"), 0, "%s", buf);
+	ft = strtoull(buf, NULL, 0);
+	kvt_peer_close(p);
+	p = kvt_peer_open(t.addr, 10000);
+	cr_assert_eq(tc_peer_num(&t, "arm 5 1234"), 0);
+	cr_assert_eq(tc_cuda_fill(local, MiB, 9), 0);
+	o.fence = (struct kvt_fence_ref){ .table = ft, .slot = 5, .room = 1234 };
+	cr_assert_eq(xfer1(p, KVT_OP_WRITE, local, remote, MiB, &o), 0);
+	cr_assert_eq(tc_peer_cmd(&t, buf, sizeof(buf), "fwaitstream 5 5000000"), 0);
+	cr_assert_eq(sscanf(buf, "%u %u", &ret, &st), 2);
+	cr_assert_eq(ret, 0);
+	cr_assert_eq(st, 1, "stream wait status %u", st);
+	cr_assert_eq(peer_sum(&t, 0, MiB), tc_cuda_hash(local, MiB));
+	cr_assert_eq(tc_peer_num(&t, "fpoll 5"), 0);
+	cr_assert_eq(tc_peer_num(&t, "arm 5 99"), 0);
+	cr_assert_eq(tc_peer_num(&t, "fpoll 5"), -EAGAIN);
+	kvt_peer_close(p);
+	tc_peer_stop(&t);
+	kvt_fini();
+#endif
+}
+
+/* The stale-completion stress (DESIGN §1) on GPUs: kvfwd --verify with
+ * threads sharing destination slots, over 100 000 rounds. */
+Test(nvlink, stale_completion_100k_rounds, .timeout = 600)
+{
+	need_two_gpus();
+#ifdef KVT_HAVE_CUDA
+	char cmd[PATH_MAX + 512], bin[PATH_MAX], out[16384];
+	unsigned long long checked = 0, mixed = 1, stale = 1;
+	const char *env = getenv("KVT_KVFWD");
+	FILE *f;
+	size_t n = 0;
+	ssize_t l;
+	int st;
+	char *v;
+
+	if (env != NULL) {
+		snprintf(bin, sizeof(bin), "%s", env);
+	} else {
+		l = readlink("/proc/self/exe", bin, sizeof(bin) - 32);
+		cr_assert_gt(l, 0);
+		bin[l] = '\0';
+		strcpy(strrchr(bin, '/'), "/../apps/kvfwd/kvfwd");
+	}
+	snprintf(cmd, sizeof(cmd),
+		 "%s -- --kvt-idle sleep:20 --kvt-pmd shm --kvt-pmd nvlink loopback "
+		 "--src-loc cuda:0 --dst-loc cuda:1 --verify --threads 4 "
+		 "--block 4K --batch 32 --buffer 1M --total 420M 2>&1", bin);
+	f = popen(cmd, "r");
+	while (n + 1 < sizeof(out) && fgets(out + n, (int)(sizeof(out) - n), f))
+		n += strlen(out + n);
+	out[n] = '\0';
+	st = pclose(f);
+	v = strstr(out, "verify ");
+	cr_assert_not_null(v, "%s", out);
+	cr_assert_eq(sscanf(v, "verify %llu blocks checked where they landed, %llu mixed, %llu stale",
+			    &checked, &mixed, &stale), 3, "%s", out);
+	cr_log_info("%llu rounds checked at the receiver, %llu mixed, %llu stale",
+		    checked, mixed, stale);
+	cr_assert_geq(checked, 100000, "%s", out);
+	cr_assert_eq(mixed, 0);
+	cr_assert_eq(stale, 0);
+	cr_assert_eq(WEXITSTATUS(st), 0, "%s", out);
+#endif
+}
