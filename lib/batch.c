@@ -94,6 +94,7 @@ struct kvt_batch {
 	uint32_t used;		/* requests */
 	struct kvt_req *req;
 	struct kvt_range *ranges;
+	struct kvt_range *ranges_tmp;	/* scratch for sorting */
 	struct kvt_claim *claims;
 	uint32_t nclaims;
 	struct kvt_sub **chunk;
@@ -592,9 +593,23 @@ best_ports(uint32_t mask)
 	return out;
 }
 
+/* The regions the previous request used: the next one usually uses the
+ * same (pages of one KV pool), and then needs no search. */
+struct lookup {
+	struct kvt_mem *m;
+	struct kvt_rimp *ri;
+	uint32_t mask;
+};
+
+static inline int
+inside(uintptr_t a, uint64_t len, uintptr_t base, uint64_t blen)
+{
+	return a >= base && a - base < blen && len <= blen - (a - base);
+}
+
 static int
 check_xfer(struct kvt_sub *s, struct kvt_peer *p, const struct kvt_xfer *x,
-	   unsigned int i, struct kvt_req *r)
+	   unsigned int i, struct kvt_req *r, struct lookup *lk)
 {
 	uint32_t need;
 
@@ -602,6 +617,17 @@ check_xfer(struct kvt_sub *s, struct kvt_peer *p, const struct kvt_xfer *x,
 	    x->len == 0)
 		return KVT_REFUSE(EINVAL, "submit: xfer %u: op %u, len %" PRIu64 ": invalid",
 				  i, x->op, x->len);
+	if (lk->m != NULL && lk->ri != NULL &&
+	    inside((uintptr_t)x->local, x->len, (uintptr_t)lk->m->lm.addr,
+		   lk->m->lm.len) &&
+	    inside(x->remote, x->len, lk->ri->rm.base, lk->ri->rm.len) &&
+	    (x->op == KVT_OP_WRITE ? (lk->ri->rm.flags & KVT_MEM_REMOTE_WRITE) :
+	     (lk->ri->rm.flags & KVT_MEM_REMOTE_READ))) {
+		r->m = lk->m;
+		r->ri = lk->ri;
+		r->mask = lk->mask;
+		goto fill;
+	}
 	r->m = kvt_mem_find(x->local, x->len);
 	if (r->m == NULL)
 		return KVT_REFUSE(EFAULT, "submit: xfer %u: local %p+%" PRIu64 " is not inside one registered region",
@@ -620,8 +646,13 @@ check_xfer(struct kvt_sub *s, struct kvt_peer *p, const struct kvt_xfer *x,
 	if (r->mask == 0)
 		return KVT_REFUSE(EHOSTUNREACH, "submit: xfer %u: no port reaches peer %s for this memory",
 				  i, p->info.name);
+	lk->m = r->m;
+	lk->ri = r->ri;
+	lk->mask = r->mask;
+fill:
 	r->x.op = x->op;
-	s->slices_left += (x->len + kvt_eng->o.slice - 1) / kvt_eng->o.slice;
+	s->slices_left += x->len <= kvt_eng->o.slice ? 1 :
+		(x->len + kvt_eng->o.slice - 1) / kvt_eng->o.slice;
 	if (x->op == KVT_OP_WRITE)
 		s->wbytes += x->len;
 	else
@@ -672,6 +703,47 @@ check_opts(struct kvt_peer *p, const struct kvt_submit_opts *o,
 	return 0;
 }
 
+/*
+ * Sort ranges by (region, start).  Scattered KV pages make this the cost
+ * of a big submission, so the common case (one region) is an LSD radix
+ * sort on the offset, 11 bits a pass; mixed regions use qsort.
+ */
+static void
+sort_ranges(struct kvt_range *r, struct kvt_range *tmp, unsigned int n)
+{
+	uint32_t count[2048];
+	uint64_t lo = UINT64_MAX, hi = 0, bits = 0;
+	struct kvt_range *src = r, *dst = tmp, *t;
+	unsigned int i, shift;
+
+	for (i = 0; i < n; i++) {
+		if (r[i].ri != r[0].ri) {
+			qsort(r, n, sizeof(*r), range_cmp);
+			return;
+		}
+		lo = RTE_MIN(lo, r[i].lo);
+		hi = RTE_MAX(hi, r[i].lo);
+	}
+	for (i = 0; i < n; i++)
+		bits |= r[i].lo - lo;
+	/* Page-aligned starts share their low zero bits: skip them. */
+	shift = bits != 0 ? (unsigned int)__builtin_ctzll(bits) : 64;
+	for (; shift < 64 && ((hi - lo) >> shift) != 0; shift += 11) {
+		memset(count, 0, sizeof(count));
+		for (i = 0; i < n; i++)
+			count[((src[i].lo - lo) >> shift) & 2047]++;
+		for (i = 1; i < 2048; i++)
+			count[i] += count[i - 1];
+		for (i = n; i-- > 0;)
+			dst[--count[((src[i].lo - lo) >> shift) & 2047]] = src[i];
+		t = src;
+		src = dst;
+		dst = t;
+	}
+	if (src != r)
+		memcpy(r, src, (size_t)n * sizeof(*r));
+}
+
 /* Claim the submission's write ranges; @return 0 or -EBUSY. */
 static int
 claim_writes(struct kvt_batch *b, struct kvt_sub *s)
@@ -693,7 +765,7 @@ claim_writes(struct kvt_batch *b, struct kvt_sub *s)
 		n++;
 	}
 	if (!sorted)
-		qsort(r, n, sizeof(*r), range_cmp);
+		sort_ranges(r, b->ranges_tmp, n);
 	for (i = 1; i < n; i++)
 		if (r[i].ri == r[i - 1].ri && r[i].lo < r[i - 1].hi)
 			return KVT_REFUSE(EBUSY, "submit: two writes of one submission overlap at %#" PRIx64,
@@ -819,6 +891,7 @@ kvt_submit(struct kvt_batch *b, struct kvt_peer *p, const struct kvt_xfer *xf,
 {
 	static const struct kvt_submit_opts none;
 	const struct kvt_submit_opts *o = opts != NULL ? opts : &none;
+	struct lookup lk = { NULL, NULL, 0 };
 	struct kvt_sub *s;
 	unsigned int i, tok;
 	int ret;
@@ -849,7 +922,7 @@ kvt_submit(struct kvt_batch *b, struct kvt_peer *p, const struct kvt_xfer *xf,
 	tok = kvt_rcu_read_lock();
 	ret = check_opts(p, o, s);
 	for (i = 0; i < n && ret == 0; i++)
-		ret = check_xfer(s, p, &xf[i], i, &b->req[b->used + i]);
+		ret = check_xfer(s, p, &xf[i], i, &b->req[b->used + i], &lk);
 	if (ret == 0 && !(o->flags & KVT_SUBMIT_ALLOW_OVERLAP))
 		ret = claim_writes(b, s);
 	if (ret == 0) {
@@ -972,10 +1045,12 @@ kvt_wait(struct kvt_batch *b, uint64_t timeout_us)
 		el = (rte_get_tsc_cycles() - start) / hz_us;
 		if (el >= timeout_us)
 			return -ETIMEDOUT;
-		/* Spin a while for latency, then stop competing with the
-		 * lcores for the cpu. */
-		if (el < 500)
+		/* Spin a while for latency; then yield, so lcores that share
+		 * the cpu run, and after a long wait, sleep. */
+		if (el < 200)
 			rte_pause();
+		else if (el < 20000)
+			sched_yield();
 		else
 			nanosleep(&nap, NULL);
 	}
@@ -1030,8 +1105,10 @@ kvt_batch_alloc(unsigned int max_xfers)
 		goto nomem;
 	b->req = calloc(max_xfers, sizeof(*b->req));
 	b->ranges = calloc(max_xfers, sizeof(*b->ranges));
+	b->ranges_tmp = calloc(max_xfers, sizeof(*b->ranges_tmp));
 	b->claims = calloc(max_xfers, sizeof(*b->claims));
-	if (b->req == NULL || b->ranges == NULL || b->claims == NULL)
+	if (b->req == NULL || b->ranges == NULL || b->ranges_tmp == NULL ||
+	    b->claims == NULL)
 		goto free_arrays;
 	b->magic = KVT_BATCH_MAGIC;
 	b->cap = max_xfers;
@@ -1044,6 +1121,7 @@ kvt_batch_alloc(unsigned int max_xfers)
 free_arrays:
 	free(b->req);
 	free(b->ranges);
+	free(b->ranges_tmp);
 	free(b->claims);
 	free(b);
 nomem:
@@ -1066,6 +1144,7 @@ batch_destroy(struct kvt_batch *b)
 	free(b->chunk);
 	free(b->req);
 	free(b->ranges);
+	free(b->ranges_tmp);
 	free(b->claims);
 	b->magic = 0;
 	free(b);

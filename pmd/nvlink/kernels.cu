@@ -11,6 +11,7 @@
  * A receiver that reads the fence with an acquire load sees the data.
  */
 #include <stdint.h>
+#include <string.h>
 
 #include "nvlink.h"
 
@@ -53,9 +54,15 @@ store_release_sys(uint64_t addr, uint64_t v)
 		     :: "l"(addr), "l"(v) : "memory");
 }
 
+struct inline_tasks {
+	struct kvt_nv_task t[KVT_NV_INLINE];
+};
+
 __global__ static void
-gather(const struct kvt_nv_task *tasks, uint32_t n, struct kvt_nv_tail tail)
+gather(const struct kvt_nv_task *list, uint32_t n, struct inline_tasks inl,
+       struct kvt_nv_tail tail)
 {
+	const struct kvt_nv_task *tasks = list != NULL ? list : inl.t;
 	const unsigned int lane = threadIdx.x % WARP;
 	const uint64_t warps = (uint64_t)gridDim.x * (blockDim.x / WARP);
 	uint64_t w = (uint64_t)blockIdx.x * (blockDim.x / WARP) +
@@ -85,9 +92,14 @@ gather(const struct kvt_nv_task *tasks, uint32_t n, struct kvt_nv_tail tail)
 
 extern "C" int
 kvt_nv_gather(const struct kvt_nv_task *tasks, uint32_t n,
-	      const struct kvt_nv_tail *tail, unsigned int blocks, void *stream)
+	      const struct kvt_nv_task *inl, const struct kvt_nv_tail *tail,
+	      unsigned int blocks, void *stream)
 {
-	gather<<<blocks, 512, 0, (cudaStream_t)stream>>>(tasks, n, *tail);
+	struct inline_tasks it;
+
+	if (tasks == NULL)
+		memcpy(it.t, inl, n * sizeof(it.t[0]));
+	gather<<<blocks, 512, 0, (cudaStream_t)stream>>>(tasks, n, it, *tail);
 	return (int)cudaGetLastError();
 }
 

@@ -1143,27 +1143,32 @@ launch(struct nv_port *np, struct nv_lane *l, uint32_t ntask,
 	cudaSetDevice(l->dev);
 	do {
 		n = RTE_MIN(ntask - off, (uint32_t)NV_RING / 2);
-		t = ring_take(l, n);
+		/* A few tasks ride in the launch; more are copied to the
+		 * device first (one copy-engine transfer, not a PCIe read
+		 * per task). */
+		dt = NULL;
+		t = ring_take(l, n <= KVT_NV_INLINE ? 0 : n);
 		if (t == NULL)
 			return -ETIMEDOUT;
-		memcpy(t, np->scratch + off, (size_t)n * sizeof(*t));
-		/* The kernel reads its list from device memory: one copy-engine
-		 * transfer instead of a PCIe read per task. */
-		dt = l->dring + (t - l->ring);
-		if (n > 0 && cudaMemcpyAsync(dt, t, (size_t)n * sizeof(*t),
-					     cudaMemcpyHostToDevice, l->st) !=
-		    cudaSuccess)
-			return -EIO;
-		off += n;
-		tl = off == ntask ? *tail : (struct kvt_nv_tail){ 0 };
+		if (n > KVT_NV_INLINE) {
+			memcpy(t, np->scratch + off, (size_t)n * sizeof(*t));
+			dt = l->dring + (t - l->ring);
+			if (cudaMemcpyAsync(dt, t, (size_t)n * sizeof(*t),
+					    cudaMemcpyHostToDevice, l->st) !=
+			    cudaSuccess)
+				return -EIO;
+		}
+		tl = off + n == ntask ? *tail : (struct kvt_nv_tail){ 0 };
 		l->ticket++;
 		l->ring_end[l->ticket % NV_TICKETS] = l->head;
 		tl.progress = l->progress_d;
 		tl.ticket = l->ticket;
 		tl.counter = (uintptr_t)&l->counters[l->ticket % NV_TICKETS];
 		blocks = RTE_MAX(1u, RTE_MIN(np->blocks, (n + 15) / 16));
-		if (kvt_nv_gather(dt, n, &tl, blocks, l->st) != 0)
+		if (kvt_nv_gather(dt, n, np->scratch + off, &tl, blocks,
+				  l->st) != 0)
 			return -EIO;
+		off += n;
 	} while (off < ntask);
 	tail->ticket = l->ticket;
 	return 0;

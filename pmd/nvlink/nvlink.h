@@ -33,11 +33,18 @@ struct kvt_nv_tail {
 	uint64_t counter;	/* unsigned int in device memory, starts 0 */
 };
 
-/* Launch the gather kernel on stream (current device).  @return 0 or a
- * cudaError_t. */
+/* Up to this many tasks travel inside the launch itself. */
+#define KVT_NV_INLINE 8
+
+/*
+ * Launch the gather kernel on stream (current device): tasks is a device
+ * list, or NULL when the n <= KVT_NV_INLINE tasks are passed in inl (the
+ * launch then needs no copy of the list first).  @return 0 or a
+ * cudaError_t.
+ */
 int kvt_nv_gather(const struct kvt_nv_task *tasks, uint32_t n,
-		  const struct kvt_nv_tail *tail, unsigned int blocks,
-		  void *stream);
+		  const struct kvt_nv_task *inl, const struct kvt_nv_tail *tail,
+		  unsigned int blocks, void *stream);
 
 /*
  * Launch a one-thread kernel that waits until *word == room (acquire,
