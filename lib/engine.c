@@ -11,6 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 
 #include <rte_eal.h>
@@ -62,12 +64,36 @@ kvt_host_id(uint8_t id[32])
 	return 0;
 }
 
-/* Worker cpus for our own EAL: the last cpus we may run on. */
+/*
+ * Claim a cpu for a worker lcore among the kvt processes of this host: a
+ * lock file per cpu, held (flock) for the life of the process.  Two
+ * engines on one host then poll on different cpus without being told.
+ * @return 1 if we got it.
+ */
+static int
+claim_cpu(int cpu)
+{
+	char path[64];
+	int fd;
+
+	snprintf(path, sizeof(path), "/tmp/kvt-cpu%d.lock", cpu);
+	fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+	if (fd < 0)
+		return 0;
+	if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+		close(fd);
+		return 0;
+	}
+	return 1;	/* the fd stays open: the lock lasts until exit */
+}
+
+/* Worker cpus for our own EAL: the last free cpus we may run on. */
 static int
 default_lcores_arg(char *buf, size_t len, unsigned int nports)
 {
 	cpu_set_t set;
-	int cpus[CPU_SETSIZE], ncpu = 0, c, nw, i, off;
+	int cpus[CPU_SETSIZE], pick[KVT_MAX_LCORES], ncpu = 0, c, nw, i, n = 0;
+	int off;
 
 	if (sched_getaffinity(0, sizeof(set), &set) != 0)
 		return -errno;
@@ -76,6 +102,12 @@ default_lcores_arg(char *buf, size_t len, unsigned int nports)
 			cpus[ncpu++] = c;
 	nw = RTE_MAX(1, RTE_MIN((int)nports, ncpu - 1));
 	nw = RTE_MIN(nw, KVT_MAX_LCORES);
+	for (i = ncpu - 1; i >= 0 && n < nw; i--)
+		if (claim_cpu(cpus[i]))
+			pick[n++] = cpus[i];
+	/* All taken: share the last ones. */
+	for (i = 0; n < nw; i++)
+		pick[n++] = cpus[ncpu - 1 - (i % ncpu)];
 	/* The main lcore is the application's thread: leave it unpinned. */
 	off = snprintf(buf, len, "--lcores=0@(");
 	for (i = 0; i < ncpu; i++)
@@ -83,8 +115,7 @@ default_lcores_arg(char *buf, size_t len, unsigned int nports)
 				cpus[i]);
 	off += snprintf(buf + off, len - off, ")");
 	for (i = 0; i < nw; i++)
-		off += snprintf(buf + off, len - off, ",%d@%d", i + 1,
-				cpus[ncpu - 1 - (i % ncpu)]);
+		off += snprintf(buf + off, len - off, ",%d@%d", i + 1, pick[i]);
 	return (size_t)off < len ? 0 : -ENOSPC;
 }
 

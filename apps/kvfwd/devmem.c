@@ -18,20 +18,33 @@ kvfwd_is_dev(const char *loc)
 	return strncmp(loc, "cuda:", 5) == 0;
 }
 
-/* A per-thread host buffer of at least len bytes. */
+/*
+ * A per-thread host buffer of at least len bytes, pinned when CUDA is
+ * there: a cudaMemcpy from pageable memory may return before the data
+ * reached the device, and the transfer that follows on another stream
+ * would then read old bytes.  From pinned memory it is synchronous.
+ */
 static uint8_t *
 staging(uint64_t len)
 {
 	static __thread uint8_t *buf;
 	static __thread uint64_t cap;
-	uint8_t *nb;
+	uint8_t *nb = NULL;
 
 	if (len > cap) {
-		nb = realloc(buf, len);
+#ifdef KVT_HAVE_CUDA
+		if (buf != NULL)
+			cudaFreeHost(buf);
+		if (cudaMallocHost((void **)&nb, len) != cudaSuccess)
+			nb = NULL;
+#else
+		free(buf);
+		nb = malloc(len);
+#endif
+		buf = nb;
+		cap = nb != NULL ? len : 0;
 		if (nb == NULL)
 			return NULL;
-		buf = nb;
-		cap = len;
 	}
 	return buf;
 }
