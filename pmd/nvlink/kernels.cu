@@ -58,7 +58,8 @@ struct inline_tasks {
 	struct kvt_nv_task t[KVT_NV_INLINE];
 };
 
-__global__ static void
+/* 4 blocks of 512 per SM: the SM budget counts in whole SMs. */
+__global__ static void __launch_bounds__(512, 4)
 gather(const struct kvt_nv_task *list, uint32_t n, struct inline_tasks inl,
        struct kvt_nv_tail tail)
 {

@@ -211,6 +211,16 @@ devices_init(void)
 	return nv.ndev;
 }
 
+/* The lcore switches devices often; skip the call when it is current. */
+static void
+use_dev(int d)
+{
+	static __thread int cur = -1;
+
+	if (d != cur && cudaSetDevice(d) == cudaSuccess)
+		cur = d;
+}
+
 static int
 dev_by_uuid(const uint8_t *uuid)
 {
@@ -1077,7 +1087,7 @@ plan_lanes(struct nv_port *np, struct kvt_port *port,
 		plan_add(plan, np->lane[i][i]);
 	}
 	for (i = 0; si->cuda_event != NULL && i < (uint32_t)plan->nlanes; i++) {
-		cudaSetDevice(plan->lanes[i]->dev);
+		use_dev(plan->lanes[i]->dev);
 		if (cudaStreamWaitEvent(plan->lanes[i]->st, si->cuda_event, 0) !=
 		    cudaSuccess)
 			return -EIO;
@@ -1107,7 +1117,7 @@ issue_copies(struct nv_port *np, struct kvt_port *port,
 		src = x->op == KVT_OP_WRITE ? (uintptr_t)x->local : (uintptr_t)rp;
 		dst = x->op == KVT_OP_WRITE ? (uintptr_t)rp : (uintptr_t)x->local;
 		if (x->len >= NV_CE_MIN || l != plan->primary) {
-			cudaSetDevice(l->dev);
+			use_dev(l->dev);
 			if (cudaMemcpyAsync((void *)dst, (const void *)src, x->len,
 					    cudaMemcpyDefault, l->st) != cudaSuccess)
 				return -EIO;
@@ -1140,7 +1150,7 @@ launch(struct nv_port *np, struct nv_lane *l, uint32_t ntask,
 	uint32_t off = 0, n;
 	unsigned int blocks;
 
-	cudaSetDevice(l->dev);
+	use_dev(l->dev);
 	do {
 		n = RTE_MIN(ntask - off, (uint32_t)NV_RING / 2);
 		/* A few tasks ride in the launch; more are copied to the
@@ -1197,7 +1207,7 @@ sub_fail(struct nv_port *np, struct kvt_desc *d, int err)
 	for (s = 0; s < NV_MAX_DEV; s++)
 		for (t = 0; t < NV_MAX_DEV; t++)
 			if (np->lane[s][t] != NULL) {
-				cudaSetDevice(s);
+				use_dev(s);
 				cudaStreamSynchronize(np->lane[s][t]->st);
 			}
 	cudaGetLastError();
@@ -1230,7 +1240,7 @@ issue_sub(struct kvt_port *port, struct kvt_desc *d)
 	}
 	/* Copies on other lanes finish before the tail kernel runs. */
 	for (i = 1; i < plan.nlanes; i++) {
-		cudaSetDevice(plan.lanes[i]->dev);
+		use_dev(plan.lanes[i]->dev);
 		if (cudaEventRecord(plan.lanes[i]->join, plan.lanes[i]->st) !=
 		    cudaSuccess ||
 		    cudaStreamWaitEvent(plan.primary->st, plan.lanes[i]->join, 0) !=
