@@ -80,6 +80,10 @@ struct kvt_sub {
 	uint64_t slices_left;	/* slices not queued yet */
 	uint64_t wbytes;	/* bytes written / read, for peer stats */
 	uint64_t rbytes;
+	uint32_t all_mask;	/* ports any request may use */
+	uint8_t mixed;		/* requests use more than one region pair */
+	struct kvt_mem *m1;	/* otherwise, the one pair */
+	struct kvt_rimp *ri1;
 	uint32_t claim_first;
 	uint32_t nclaims;
 	struct kvt_rimp *fence_ri;
@@ -824,6 +828,18 @@ refs_add(struct kvt_batch *b, struct kvt_sub *s, int64_t delta)
 	uint64_t mn = 0, rn = 0;
 	unsigned int i;
 
+	if (!s->mixed) {
+		/* One region pair (or none): no pass over the requests. */
+		if (s->m1 != NULL) {
+			__atomic_fetch_add(&s->m1->inflight,
+					   (uint64_t)s->n * (uint64_t)delta,
+					   __ATOMIC_ACQ_REL);
+			__atomic_fetch_add(&s->ri1->refs,
+					   (uint64_t)s->n * (uint64_t)delta,
+					   __ATOMIC_ACQ_REL);
+		}
+		goto tail;
+	}
 	for (i = s->first; i <= s->first + s->n; i++) {
 		struct kvt_req *r = i < s->first + s->n ? &b->req[i] : NULL;
 
@@ -844,6 +860,7 @@ refs_add(struct kvt_batch *b, struct kvt_sub *s, int64_t delta)
 		mn++;
 		rn++;
 	}
+tail:
 	if (s->fence_ri != NULL)
 		__atomic_fetch_add(&s->fence_ri->refs, (uint64_t)delta,
 				   __ATOMIC_ACQ_REL);
@@ -854,13 +871,10 @@ refs_add(struct kvt_batch *b, struct kvt_sub *s, int64_t delta)
 static void
 choose_mode(struct kvt_batch *b, struct kvt_sub *s)
 {
-	uint32_t all = 0;
-	unsigned int i, port;
+	uint32_t all = s->all_mask, flags;
+	unsigned int port;
 
-	uint32_t flags;
-
-	for (i = s->first; i < s->first + s->n; i++)
-		all |= b->req[i].mask;
+	RTE_SET_USED(b);
 	s->mode = SUB_STRIPED;
 	if (all == 0) {
 		/* No data: the tail picks its own port, unless a port that
@@ -921,8 +935,18 @@ kvt_submit(struct kvt_batch *b, struct kvt_peer *p, const struct kvt_xfer *xf,
 
 	tok = kvt_rcu_read_lock();
 	ret = check_opts(p, o, s);
-	for (i = 0; i < n && ret == 0; i++)
-		ret = check_xfer(s, p, &xf[i], i, &b->req[b->used + i], &lk);
+	for (i = 0; i < n && ret == 0; i++) {
+		struct kvt_req *r = &b->req[b->used + i];
+
+		ret = check_xfer(s, p, &xf[i], i, r, &lk);
+		s->all_mask |= r->mask;
+		if (i == 0) {
+			s->m1 = r->m;
+			s->ri1 = r->ri;
+		} else if (r->m != s->m1 || r->ri != s->ri1) {
+			s->mixed = 1;
+		}
+	}
 	if (ret == 0 && !(o->flags & KVT_SUBMIT_ALLOW_OVERLAP))
 		ret = claim_writes(b, s);
 	if (ret == 0) {

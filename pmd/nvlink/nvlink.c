@@ -81,6 +81,8 @@ static struct {
 				    CUmemAllocationGranularity_flags);
 	CUresult (*mem_range)(CUdeviceptr *, size_t *, CUdeviceptr);
 	CUresult (*dev_attr)(int *, CUdevice_attribute, CUdevice);
+	CUresult (*write_value64)(CUstream, CUdeviceptr, cuuint64_t,
+				  unsigned int);
 } cu;
 
 static int
@@ -113,6 +115,7 @@ resolve_all(void)
 		     (void **)&cu.mem_granularity);
 	r |= resolve("cuMemGetAddressRange", (void **)&cu.mem_range);
 	r |= resolve("cuDeviceGetAttribute", (void **)&cu.dev_attr);
+	r |= resolve("cuStreamWriteValue64", (void **)&cu.write_value64);
 	return r != 0 ? -ENOTSUP : 0;
 }
 
@@ -1053,65 +1056,52 @@ lane_of(struct nv_port *np, const struct kvt_xreq *x, int port_id,
 	return *out != NULL ? 0 : -EHOSTUNREACH;
 }
 
-static void
-plan_add(struct nv_plan *p, struct nv_lane *l)
+
+/* A lane joins the plan; it first waits for the source's event. */
+static int
+plan_add(struct nv_plan *p, struct nv_lane *l, void *event)
 {
 	int i;
 
 	for (i = 0; i < p->nlanes; i++)
 		if (p->lanes[i] == l)
-			return;
+			return 0;
 	p->lanes[p->nlanes++] = l;
 	if (p->primary == NULL)
 		p->primary = l;
+	if (event == NULL)
+		return 0;
+	use_dev(l->dev);
+	return cudaStreamWaitEvent(l->st, event, 0) == cudaSuccess ? 0 : -EIO;
 }
 
-/* Which lanes the submission uses; each first waits for the source. */
-static int
-plan_lanes(struct nv_port *np, struct kvt_port *port,
-	   const struct kvt_subinfo *si, struct nv_plan *plan)
-{
-	struct nv_lane *l;
-	uint32_t i;
-	int ret;
-
-	for (i = 0; i < si->n; i++) {
-		ret = lane_of(np, kvt_subinfo_req(si, i), port->id, &l);
-		if (ret < 0)
-			return ret;
-		plan_add(plan, l);
-	}
-	if (plan->primary == NULL) {
-		/* Only a fence or a notification: any lane will do. */
-		i = np->dev >= 0 ? (uint32_t)np->dev : 0;
-		plan_add(plan, np->lane[i][i]);
-	}
-	for (i = 0; si->cuda_event != NULL && i < (uint32_t)plan->nlanes; i++) {
-		use_dev(plan->lanes[i]->dev);
-		if (cudaStreamWaitEvent(plan->lanes[i]->st, si->cuda_event, 0) !=
-		    cudaSuccess)
-			return -EIO;
-	}
-	return 0;
-}
-
-/* Copy-engine copies now; small ones into the scratch task list, which
- * the primary lane's kernel runs. */
+/*
+ * One pass over the requests: copy-engine copies are issued at once on
+ * their lane; the small ones of the first lane become gather tasks for
+ * that lane's kernel (small ones of other lanes, rare, go to the copy
+ * engines too).
+ */
 static int
 issue_copies(struct nv_port *np, struct kvt_port *port,
 	     const struct kvt_subinfo *si, struct nv_plan *plan, uint32_t *ntask)
 {
 	const struct kvt_xreq *x;
 	const struct nv_rmem *r;
-	struct nv_lane *l;
+	struct nv_lane *l, *last = NULL;
 	uint8_t *rp;
 	uint64_t src, dst;
 	uint32_t i;
+	int ret;
 
 	*ntask = 0;
 	for (i = 0; i < si->n; i++) {
 		x = kvt_subinfo_req(si, i);
-		lane_of(np, x, port->id, &l);
+		ret = lane_of(np, x, port->id, &l);
+		if (ret == 0 && l != last)
+			ret = plan_add(plan, l, si->cuda_event);
+		if (ret < 0)
+			return ret;
+		last = l;
 		r = x->rm->key[port->id];
 		rp = r->base + (x->remote - x->rm->base);
 		src = x->op == KVT_OP_WRITE ? (uintptr_t)x->local : (uintptr_t)rp;
@@ -1136,6 +1126,11 @@ issue_copies(struct nv_port *np, struct kvt_port *port,
 		np->scratch[*ntask].dst = dst;
 		np->scratch[*ntask].len = x->len;
 		(*ntask)++;
+	}
+	if (plan->primary == NULL) {
+		/* Only a fence or a notification: any lane will do. */
+		i = np->dev >= 0 ? (uint32_t)np->dev : 0;
+		return plan_add(plan, np->lane[i][i], si->cuda_event);
 	}
 	return 0;
 }
@@ -1181,6 +1176,33 @@ launch(struct nv_port *np, struct nv_lane *l, uint32_t ntask,
 		off += n;
 	} while (off < ntask);
 	tail->ticket = l->ticket;
+	return 0;
+}
+
+/*
+ * One small copy: the copy engine, then the tail as stream memory
+ * operations (each a system-wide barrier, then the store), which reaches
+ * the receiver sooner than a kernel launch does.
+ */
+static int
+tiny(struct nv_port *np, struct nv_lane *l, struct kvt_nv_tail *tail)
+{
+	const struct kvt_nv_task *t = &np->scratch[0];
+	CUstream st = (CUstream)l->st;
+
+	use_dev(l->dev);
+	if (ring_take(l, 0) == NULL)
+		return -ETIMEDOUT;
+	if (cudaMemcpyAsync((void *)t->dst, (const void *)t->src, t->len,
+			    cudaMemcpyDefault, l->st) != cudaSuccess)
+		return -EIO;
+	l->ticket++;
+	l->ring_end[l->ticket % NV_TICKETS] = l->head;
+	tail->ticket = l->ticket;
+	if ((tail->fence && cu.write_value64(st, tail->fence, tail->room, 0)) ||
+	    (tail->done && cu.write_value64(st, tail->done, 1, 0)) ||
+	    cu.write_value64(st, l->progress_d, l->ticket, 0))
+		return -EIO;
 	return 0;
 }
 
@@ -1231,9 +1253,7 @@ issue_sub(struct kvt_port *port, struct kvt_desc *d)
 		sub_fail(np, d, -ECONNRESET);
 		return;
 	}
-	ret = plan_lanes(np, port, si, &plan);
-	if (ret == 0)
-		ret = issue_copies(np, port, si, &plan, &ntask);
+	ret = issue_copies(np, port, si, &plan, &ntask);
 	if (ret < 0) {
 		sub_fail(np, d, ret);
 		return;
@@ -1266,7 +1286,8 @@ issue_sub(struct kvt_port *port, struct kvt_desc *d)
 			return;
 		}
 	}
-	ret = launch(np, plan.primary, ntask, &tail);
+	ret = ntask == 1 && plan.nlanes == 1 ? tiny(np, plan.primary, &tail) :
+		launch(np, plan.primary, ntask, &tail);
 	if (ret < 0) {
 		sub_fail(np, d, ret);
 		return;
