@@ -373,6 +373,21 @@ void kvt_inbox_detach(struct kvt_inbox *ib);
 void kvt_inbox_retire(struct kvt_inbox *ib, void (*release)(void *),
 		      void *arg);
 
+/*
+ * Target side: transports that carry a peer's request into our memory
+ * (tcp) check every range here.  Between kvt_target_begin() and
+ * kvt_target_end() the region found cannot be unregistered, so the copy
+ * into it is safe; the section is short and lock-free.
+ */
+unsigned int kvt_target_begin(void);
+void kvt_target_end(unsigned int token);
+/**
+ * The local address of [addr, addr + len) when it lies inside one region
+ * exported with perm (KVT_MEM_REMOTE_READ/WRITE), or inside a fence table
+ * when perm is KVT_MEM_F_FENCE; NULL otherwise.
+ */
+uint8_t *kvt_target_range(uint64_t addr, uint64_t len, uint32_t perm);
+
 /** How a same-host peer reaches a memfd-backed region. */
 struct kvt_memfd_key {
 	uint32_t pid;

@@ -517,3 +517,33 @@ kvt_mem_free(void *addr)
 	free(a);
 	return 0;
 }
+
+unsigned int
+kvt_target_begin(void)
+{
+	return kvt_rcu_read_lock();
+}
+
+void
+kvt_target_end(unsigned int token)
+{
+	kvt_rcu_read_unlock(token);
+}
+
+uint8_t *
+kvt_target_range(uint64_t addr, uint64_t len, uint32_t perm)
+{
+	struct kvt_mem *m;
+
+	if (len == 0 || addr + len < addr)
+		return NULL;
+	m = kvt_mem_find((const void *)(uintptr_t)addr, len);
+	if (m == NULL || m->lm.loc.type != KVT_LOC_CPU)
+		return NULL;
+	if (perm == KVT_MEM_F_FENCE)
+		return (m->lm.flags & KVT_MEM_F_FENCE) && len == 8 && (addr & 7) == 0 ?
+			(uint8_t *)(uintptr_t)addr : NULL;
+	if ((m->lm.flags & KVT_MEM_F_FENCE) || (m->lm.flags & perm) != perm)
+		return NULL;
+	return (uint8_t *)(uintptr_t)addr;
+}
