@@ -92,6 +92,12 @@ read_line(int fd, char *buf, size_t len, uint64_t us)
 int
 tc_peer_start(struct tc_peer *p, const char *opts)
 {
+	return tc_peer_start_in(p, NULL, opts);
+}
+
+int
+tc_peer_start_in(struct tc_peer *p, const char *netns, const char *opts)
+{
 	const char *bin = getenv("KVT_TESTPEER");
 	char line[256], *argv[64], optbuf[1024], self[PATH_MAX];
 	int in[2], out[2], n = 0, ret;
@@ -109,9 +115,16 @@ tc_peer_start(struct tc_peer *p, const char *opts)
 	}
 	if (pipe(in) != 0 || pipe(out) != 0)
 		return -errno;
-	snprintf(optbuf, sizeof(optbuf),
-		 "--kvt-idle sleep:50 --kvt-listen 127.0.0.1:0 %s",
+	snprintf(optbuf, sizeof(optbuf), "--kvt-idle sleep:50 %s%s",
+		 netns != NULL ? "" : "--kvt-listen 127.0.0.1:0 ",
 		 opts != NULL ? opts : "");
+	if (netns != NULL) {
+		/* Inside a network namespace: "ip netns exec NS ...". */
+		argv[n++] = (char *)"/usr/sbin/ip";
+		argv[n++] = (char *)"netns";
+		argv[n++] = (char *)"exec";
+		argv[n++] = (char *)netns;
+	}
 	argv[n++] = (char *)bin;
 	argv[n++] = (char *)"--";
 	n += split(optbuf, argv + n, 60);
@@ -124,7 +137,7 @@ tc_peer_start(struct tc_peer *p, const char *opts)
 		dup2(out[1], 1);
 		close(in[1]);
 		close(out[0]);
-		execv(bin, argv);
+		execv(argv[0], argv);
 		_exit(127);
 	}
 	close(in[0]);

@@ -26,6 +26,8 @@ struct tc_peer {
  * defaults (sleep idle policy, loopback listener).  @return 0 or -errno.
  */
 int tc_peer_start(struct tc_peer *p, const char *opts);
+/* The same inside network namespace netns (opts must name --kvt-listen). */
+int tc_peer_start_in(struct tc_peer *p, const char *netns, const char *opts);
 /* Send a command; reply (without "ok ") in buf.  @return 0 on "ok". */
 int tc_peer_cmd(struct tc_peer *p, char *buf, size_t len, const char *fmt, ...)
 	__attribute__((format(printf, 4, 5)));

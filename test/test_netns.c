@@ -1,0 +1,240 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * Several hosts in network namespaces (scripts/netns-cluster): every
+ * prefill host sends its own KV from its own NICs, over both KV
+ * interfaces, none over the backend one; a KV link that goes down mid
+ * transfer is survived; both down fails in bounded time.  Needs root.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <sys/wait.h>
+
+#include <criterion/criterion.h>
+
+#include "test_common.h"
+
+#define MiB ((uint64_t)1 << 20)
+#define SHARD (32 * MiB)
+
+static char prefix[16];
+static char script[PATH_MAX];
+
+static int
+sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+static int
+sh(const char *fmt, ...)
+{
+	char cmd[PATH_MAX + 256];
+	va_list ap;
+	int st;
+
+	va_start(ap, fmt);
+	vsnprintf(cmd, sizeof(cmd), fmt, ap);
+	va_end(ap);
+	st = system(cmd);
+	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static void
+cluster_down(void)
+{
+	if (prefix[0] != '\0')
+		sh("%s down %s >/dev/null 2>&1", script, prefix);
+}
+
+/* Build the cluster, or skip saying why. */
+static void
+cluster_up(void)
+{
+	const char *src = getenv("KVT_SRCDIR");
+
+	if (geteuid() != 0)
+		cr_skip_test("network namespaces need root");
+	snprintf(script, sizeof(script), "%s/scripts/netns-cluster",
+		 src != NULL ? src : "..");
+	snprintf(prefix, sizeof(prefix), "k%d", (int)getpid() % 100000);
+	if (sh("%s up %s >/dev/null 2>&1", script, prefix) != 0) {
+		cluster_down();
+		cr_skip_test("cannot build network namespaces (ip netns, veth, bridge)");
+	}
+}
+
+static uint64_t
+counter(const char *host, const char *ifn, const char *dir)
+{
+	char cmd[256], buf[64] = "";
+	unsigned long long v = 0;
+	FILE *f;
+
+	snprintf(cmd, sizeof(cmd),
+		 "ip netns exec %s-%s cat /sys/class/net/%s/statistics/%s_bytes",
+		 prefix, host, ifn, dir);
+	f = popen(cmd, "r");
+	if (f != NULL) {
+		if (fgets(buf, sizeof(buf), f) != NULL)
+			v = strtoull(buf, NULL, 10);
+		pclose(f);
+	}
+	return v;
+}
+
+struct host {
+	const char *name;
+	const char *be;		/* backend address: the control plane */
+	struct tc_peer p;
+	uint64_t kv0, kv1, be_tx;
+};
+
+static void
+host_start(struct host *h)
+{
+	char ns[32], opts[256];
+
+	snprintf(ns, sizeof(ns), "%s-%s", prefix, h->name);
+	snprintf(opts, sizeof(opts),
+		 "--kvt-pmd tcp --kvt-nic kv0,kv1 --kvt-listen %s:7000 --kvt-timeout 500",
+		 h->be);
+	cr_assert_eq(tc_peer_start_in(&h->p, ns, opts), 0, "%s did not start",
+		     h->name);
+}
+
+static void
+snap(struct host *h, const char *dir)
+{
+	h->kv0 = counter(h->name, "kv0", dir);
+	h->kv1 = counter(h->name, "kv1", dir);
+	h->be_tx = counter(h->name, "be", dir);
+}
+
+static uint64_t
+addr_of(struct tc_peer *p, const char *cmd)
+{
+	char buf[128];
+
+	cr_assert_eq(tc_peer_cmd(p, buf, sizeof(buf), "%s", cmd), 0, "%s: %s",
+		     cmd, buf);
+	return strtoull(buf, NULL, 0);
+}
+
+/* The idle-worker-NIC scenario of DESIGN §1. */
+Test(netns, every_host_sends_its_own_kv, .timeout = 180, .fini = cluster_down)
+{
+	struct host dec = { .name = "decode", .be = "10.77.9.1" };
+	struct host pre[2] = { { .name = "head", .be = "10.77.9.2" },
+			       { .name = "worker", .be = "10.77.9.3" } };
+	char buf[128];
+	uint64_t base, sum, dec_rx0, dec_rx;
+	int i;
+
+	cluster_up();
+	host_start(&dec);
+	base = addr_of(&dec.p, "alloc 0 67108864 w");
+	for (i = 0; i < 2; i++) {
+		host_start(&pre[i]);
+		addr_of(&pre[i].p, "alloc 0 33554432 -");
+		cr_assert_eq(tc_peer_cmd(&pre[i].p, NULL, 0, "fill 0 0 %" PRIu64 " %d",
+					 SHARD, 11 + i), 0);
+		cr_assert_eq(tc_peer_cmd(&pre[i].p, buf, sizeof(buf),
+					 "open 10.77.9.1:7000"), 0, "%s", buf);
+		snap(&pre[i], "tx");
+	}
+	snap(&dec, "rx");
+	dec_rx0 = dec.kv0 + dec.kv1;
+	/* Both prefill hosts write their shard at the same time. */
+	for (i = 0; i < 2; i++)
+		tc_peer_send(&pre[i].p, "write 0 0 %" PRIx64 " %" PRIu64,
+			     base + (uint64_t)i * SHARD, SHARD);
+	for (i = 0; i < 2; i++) {
+		cr_assert_eq(tc_peer_reply(&pre[i].p, buf, sizeof(buf)), 0);
+		cr_assert_eq(strtol(buf, NULL, 10), 0, "%s: write status %s",
+			     pre[i].name, buf);
+	}
+	for (i = 0; i < 2; i++) {
+		uint64_t kv0 = pre[i].kv0, kv1 = pre[i].kv1, be = pre[i].be_tx;
+
+		snap(&pre[i], "tx");
+		kv0 = pre[i].kv0 - kv0;
+		kv1 = pre[i].kv1 - kv1;
+		be = pre[i].be_tx - be;
+		cr_log_info("%s sent kv0 %" PRIu64 " kv1 %" PRIu64 " be %" PRIu64 " bytes for a %" PRIu64 "-byte shard",
+			    pre[i].name, kv0, kv1, be, SHARD);
+		/* Its own shard, from its own KV NICs (within 10%). */
+		cr_assert_geq(kv0 + kv1, SHARD, "%s sent less than its shard",
+			      pre[i].name);
+		cr_assert_leq(kv0 + kv1, SHARD + SHARD / 10, "%s sent more than its shard",
+			      pre[i].name);
+		/* Both KV interfaces carried it. */
+		cr_assert_gt(kv0, SHARD / 5, "%s: kv0 idle", pre[i].name);
+		cr_assert_gt(kv1, SHARD / 5, "%s: kv1 idle", pre[i].name);
+		/* The backend carried the control plane only. */
+		cr_assert_lt(be, SHARD / 100, "%s: backend carried %" PRIu64,
+			     pre[i].name, be);
+		cr_assert_eq(tc_peer_cmd(&dec.p, buf, sizeof(buf), "sum 0 %" PRIu64 " %" PRIu64,
+					 (uint64_t)i * SHARD, SHARD), 0);
+		sum = strtoull(buf, NULL, 16);
+		cr_assert_eq(tc_peer_cmd(&pre[i].p, buf, sizeof(buf),
+					 "sum 0 0 %" PRIu64, SHARD), 0);
+		cr_assert_eq(sum, strtoull(buf, NULL, 16), "%s's shard damaged",
+			     pre[i].name);
+	}
+	snap(&dec, "rx");
+	dec_rx = dec.kv0 + dec.kv1 - dec_rx0;
+	cr_log_info("decode received %" PRIu64 " bytes on kv0+kv1", dec_rx);
+	cr_assert_geq(dec_rx, 2 * SHARD);
+	cr_assert_leq(dec_rx, 2 * SHARD + 2 * SHARD / 10);
+	for (i = 0; i < 2; i++)
+		tc_peer_stop(&pre[i].p);
+	tc_peer_stop(&dec.p);
+}
+
+Test(netns, kv_link_loss, .timeout = 180, .fini = cluster_down)
+{
+	struct host dec = { .name = "decode", .be = "10.77.9.1" };
+	struct host pre = { .name = "head", .be = "10.77.9.2" };
+	const uint64_t len = 256 * MiB;
+	uint64_t base, t0;
+	char buf[128];
+
+	cluster_up();
+	host_start(&dec);
+	base = addr_of(&dec.p, "alloc 0 268435456 w");
+	host_start(&pre);
+	addr_of(&pre.p, "alloc 0 268435456 -");
+	cr_assert_eq(tc_peer_cmd(&pre.p, NULL, 0, "fill 0 0 %" PRIu64 " 5", len), 0);
+	cr_assert_eq(tc_peer_cmd(&pre.p, buf, sizeof(buf), "open 10.77.9.1:7000"),
+		     0, "%s", buf);
+
+	/* One KV link goes down mid transfer: the other finishes it. */
+	tc_peer_send(&pre.p, "write 0 0 %" PRIx64 " %" PRIu64, base, len);
+	usleep(40000);
+	cr_assert_eq(sh("ip -n %s-head link set kv1 down", prefix), 0);
+	cr_assert_eq(tc_peer_reply(&pre.p, buf, sizeof(buf)), 0);
+	cr_assert_eq(strtol(buf, NULL, 10), 0, "write with kv1 down mid way: %s", buf);
+	cr_assert_eq(tc_peer_cmd(&dec.p, buf, sizeof(buf), "sum 0 0 %" PRIu64, len), 0);
+	{
+		char mine[128];
+
+		cr_assert_eq(tc_peer_cmd(&pre.p, mine, sizeof(mine), "sum 0 0 %" PRIu64,
+					 len), 0);
+		cr_assert_str_eq(buf, mine, "data damaged after the link loss");
+	}
+
+	/* Both down: the request fails in bounded time, nothing hangs. */
+	cr_assert_eq(sh("ip -n %s-head link set kv0 down", prefix), 0);
+	t0 = tc_now_us();
+	cr_assert_eq(tc_peer_cmd(&pre.p, buf, sizeof(buf), "write 0 0 %" PRIx64 " %" PRIu64,
+				 base, 16 * MiB), 0);
+	cr_log_info("with both KV links down the write ended with %s after %.1f s",
+		    buf, (double)(tc_now_us() - t0) / 1e6);
+	cr_assert_neq(strtol(buf, NULL, 10), 0, "a write with no link succeeded");
+	cr_assert_lt(tc_now_us() - t0, 8000000, "failure took too long");
+	tc_peer_stop(&pre.p);
+	tc_peer_stop(&dec.p);
+}

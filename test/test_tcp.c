@@ -1,0 +1,367 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * The TCP transport on loopback: data, fences and notifications between
+ * processes, and a hostile peer that holds a valid token yet sends
+ * out-of-range and truncated frames.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <inttypes.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+
+#include <criterion/criterion.h>
+#include <rte_errno.h>
+
+#include "kvt.h"
+#include "kvt_private.h"
+#include "test_common.h"
+
+#define MiB ((uint64_t)1 << 20)
+#define OPTS "--kvt-pmd tcp --kvt-nic lo"
+
+static struct kvt_peer *
+open_peer(struct tc_peer *t)
+{
+	struct kvt_peer *p = kvt_peer_open(t->addr, 5000);
+
+	cr_assert_not_null(p, "open %s: %s", t->addr, rte_strerror(rte_errno));
+	return p;
+}
+
+static int
+xfer1(struct kvt_peer *p, uint32_t op, void *local, uint64_t remote,
+      uint64_t len, const struct kvt_submit_opts *o)
+{
+	struct kvt_xfer x = { .op = op, .local = local, .remote = remote,
+			      .len = len };
+	struct kvt_batch *b = kvt_batch_alloc(1);
+	int ret;
+
+	ret = kvt_submit(b, p, &x, 1, o);
+	if (ret >= 0) {
+		cr_assert_eq(kvt_wait(b, 30000000), 0);
+		ret = kvt_status(b, 0);
+	}
+	kvt_batch_free(b);
+	return ret;
+}
+
+static uint64_t
+peer_u64(struct tc_peer *t, int base, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+static uint64_t
+peer_u64(struct tc_peer *t, int base, const char *fmt, ...)
+{
+	char cmd[256], buf[128];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(cmd, sizeof(cmd), fmt, ap);
+	va_end(ap);
+	cr_assert_eq(tc_peer_cmd(t, buf, sizeof(buf), "%s", cmd), 0, "%s: %s",
+		     cmd, buf);
+	return strtoull(buf, NULL, base);
+}
+
+Test(tcp, data_fence_notify, .timeout = 120)
+{
+	static const uint64_t sizes[] = { 1, 4095, 65536, MiB + 7, 32 * MiB };
+	struct kvt_submit_opts o = { .flags = KVT_SUBMIT_FENCE,
+				     .notify = "done", .notify_len = 4 };
+	struct kvt_port_info pi;
+	struct tc_peer t;
+	struct kvt_peer *p;
+	uint8_t *src;
+	uint64_t base, ft;
+	unsigned int i;
+	char buf[256];
+
+	cr_assert_geq(tc_engine_init(OPTS), 0);
+	cr_assert_eq(kvt_port_count(), 1);
+	cr_assert_eq(kvt_port_info(0, &pi), 0);
+	cr_assert_str_eq(pi.name, "tcp:lo");
+	cr_assert_eq(tc_peer_start(&t, OPTS), 0);
+	src = malloc(32 * MiB + 64);
+	cr_assert_not_null(kvt_mem_register(src, 32 * MiB + 64, NULL, 0));
+	base = peer_u64(&t, 0, "alloc 0 %" PRIu64 " rw", 32 * MiB + 64);
+	ft = peer_u64(&t, 0, "fence 4");
+	p = open_peer(&t);
+	for (i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+		tc_fill(src + 3, sizes[i], i + 1);
+		cr_assert_eq(xfer1(p, KVT_OP_WRITE, src + 3, base + 5, sizes[i],
+				   NULL), 0);
+		cr_assert_eq(peer_u64(&t, 16, "sum 0 5 %" PRIu64, sizes[i]),
+			     tc_hash(src + 3, sizes[i]), "write %" PRIu64, sizes[i]);
+		memset(src, 0, sizes[i]);
+		cr_assert_eq(xfer1(p, KVT_OP_READ, src, base + 5, sizes[i], NULL), 0);
+		cr_assert_eq(peer_u64(&t, 16, "sum 0 5 %" PRIu64, sizes[i]),
+			     tc_hash(src, sizes[i]), "read %" PRIu64, sizes[i]);
+	}
+	cr_assert_eq(peer_u64(&t, 10, "arm 2 31"), 0);
+	o.fence = (struct kvt_fence_ref){ .table = ft, .slot = 2, .room = 31 };
+	cr_assert_eq(xfer1(p, KVT_OP_WRITE, src, base, MiB, &o), 0);
+	cr_assert_eq(peer_u64(&t, 10, "fwait 2 5000000"), 0);
+	cr_assert_eq(tc_peer_cmd(&t, buf, sizeof(buf), "notes 200000"), 0);
+	cr_assert(strstr(buf, "done@") != NULL, "notification: '%s'", buf);
+	kvt_peer_close(p);
+	tc_peer_stop(&t);
+	kvt_fini();
+	free(src);
+}
+
+/* A peer killed mid-transfer over TCP: the sockets break, no hang. */
+Test(tcp, peer_killed, .timeout = 120)
+{
+	const unsigned int n = 512;
+	struct kvt_xfer *x = calloc(n, sizeof(*x));
+	struct kvt_batch *b;
+	struct tc_peer t;
+	struct kvt_peer *p;
+	uint8_t *src = malloc(MiB);
+	uint64_t base, t0;
+	unsigned int i;
+	int st;
+
+	cr_assert_geq(tc_engine_init(OPTS), 0);
+	cr_assert_eq(tc_peer_start(&t, OPTS), 0);
+	cr_assert_not_null(kvt_mem_register(src, MiB, NULL, 0));
+	base = peer_u64(&t, 0, "alloc 0 %" PRIu64 " w", (uint64_t)n * MiB);
+	p = open_peer(&t);
+	for (i = 0; i < n; i++)
+		x[i] = (struct kvt_xfer){ .op = KVT_OP_WRITE, .local = src,
+			.remote = base + (uint64_t)i * MiB, .len = MiB };
+	b = kvt_batch_alloc(n);
+	cr_assert_eq(kvt_submit(b, p, x, n, NULL), 0);
+	kill(t.pid, SIGKILL);
+	t0 = tc_now_us();
+	cr_assert_eq(kvt_wait(b, 5000000), 0, "hung after the peer died");
+	for (i = 0; i < n; i++) {
+		st = kvt_status(b, i);
+		cr_assert(st == 0 || st == -ECONNRESET || st == -ETIMEDOUT,
+			  "xfer %u: %d", i, st);
+	}
+	cr_log_info("settled %.2f s after the kill", (double)(tc_now_us() - t0) / 1e6);
+	cr_assert_eq(kvt_peer_state(p), -ECONNRESET);
+	kvt_batch_free(b);
+	kvt_peer_close(p);
+	tc_peer_kill(&t);
+	kvt_fini();
+	free(src);
+	free(x);
+}
+
+/* ---- a hostile peer speaking the protocols by hand ---- */
+
+struct frame {			/* pmd/tcp's data frame, as on the wire */
+	uint8_t type;
+	uint8_t rsvd[3];
+	int32_t status;
+	uint64_t addr;
+	uint64_t aux;
+	uint32_t len;
+	uint32_t rsvd2;
+};
+
+enum { F_WRITE = 1, F_WRITE_ACK, F_READ, F_READ_DATA, F_FENCE, F_FENCE_ACK };
+
+static int
+dial(const char *ip, uint16_t port)
+{
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons(port) };
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+
+	inet_pton(AF_INET, ip, &sa.sin_addr);
+	cr_assert_eq(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	return fd;
+}
+
+static void
+xsend(int fd, const void *p, size_t n)
+{
+	cr_assert_eq(send(fd, p, n, MSG_NOSIGNAL), (ssize_t)n);
+}
+
+static int
+xrecv(int fd, void *p, size_t n)
+{
+	struct pollfd pfd = { .fd = fd, .events = POLLIN };
+	size_t off = 0;
+	ssize_t r;
+
+	while (off < n) {
+		if (poll(&pfd, 1, 5000) <= 0)
+			return -ETIMEDOUT;
+		r = recv(fd, (uint8_t *)p + off, n - off, 0);
+		if (r <= 0)
+			return -ECONNRESET;
+		off += (size_t)r;
+	}
+	return 0;
+}
+
+/*
+ * The control handshake by hand: HELLO, WELCOME (find the tcp endpoint),
+ * CONN_REQ for it, CONN_REP with the data-connection token.
+ */
+static void
+handshake(const char *ctl, uint8_t token[16], uint16_t *data_port)
+{
+	struct sockaddr_in sa;
+	struct kvt_wire_hello *w = malloc(sizeof(*w));
+	struct kvt_buf b = { 0 };
+	uint8_t id[32] = { 9 };
+	const uint8_t *v;
+	struct kvt_tlv t;
+	uint32_t l;
+	uint16_t tag;
+	unsigned int i;
+	int fd, ep = -1;
+
+	cr_assert_eq(kvt_parse_addr(ctl, &sa), 0);
+	fd = socket(AF_INET, SOCK_STREAM, 0);
+	cr_assert_eq(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	kvt_wire_begin(&b, KVT_W_HELLO);
+	kvt_wire_put_str(&b, KVT_T_NAME, "hostile");
+	kvt_wire_put(&b, KVT_T_HOST_ID, id, sizeof(id));
+	kvt_wire_put_u64(&b, KVT_T_PID, 1);
+	kvt_wire_end(&b);
+	xsend(fd, b.data, b.len);
+	cr_assert_eq(kvt_wire_recv(fd, &b, KVT_WIRE_MAX, kvt_now_us() + 5000000),
+		     KVT_W_WELCOME);
+	cr_assert_eq(kvt_wire_decode_hello(b.data + KVT_WIRE_HDR,
+					   b.len - KVT_WIRE_HDR, w), 0);
+	for (i = 0; i < w->neps; i++)
+		if (strcmp(w->eps[i].pmd, "tcp") == 0)
+			ep = (int)i;
+	cr_assert_geq(ep, 0, "no tcp endpoint");
+	memcpy(data_port, w->eps[ep].ep.blob + 4, 2);
+	*data_port = ntohs(*data_port);
+	kvt_wire_begin(&b, KVT_W_CONN_REQ);
+	kvt_wire_put_u64(&b, KVT_T_PORT_ID, w->eps[ep].ep.port_id);
+	kvt_wire_put(&b, KVT_T_BLOB, NULL, 0);
+	kvt_wire_end(&b);
+	xsend(fd, b.data, b.len);
+	cr_assert_eq(kvt_wire_recv(fd, &b, KVT_WIRE_MAX, kvt_now_us() + 5000000),
+		     KVT_W_CONN_REP);
+	t.p = b.data + KVT_WIRE_HDR;
+	t.left = b.len - KVT_WIRE_HDR;
+	while (kvt_tlv_next(&t, &tag, &v, &l) > 0)
+		if (tag == KVT_T_BLOB && l == 16)
+			memcpy(token, v, 16);
+	kvt_buf_free(&b);
+	free(w);
+	/* The control connection stays open (the session lives with it). */
+}
+
+static int
+data_conn(uint16_t port, const uint8_t token[16])
+{
+	struct { uint32_t magic, version; uint8_t token[16]; } h = {
+		0x4b565444u, 1, { 0 } };
+	int fd = dial("127.0.0.1", port);
+
+	memcpy(h.token, token, 16);
+	xsend(fd, &h, sizeof(h));
+	return fd;
+}
+
+static int
+closed(int fd)
+{
+	char c;
+
+	return xrecv(fd, &c, 1) == -ECONNRESET;
+}
+
+Test(tcp, hostile_frames_refused, .timeout = 120)
+{
+	uint8_t token[16] = { 0 }, bad[16] = { 1, 2, 3 }, payload[4096] = { 7 };
+	struct frame f, r;
+	struct tc_peer t;
+	uint16_t dport;
+	uint64_t base;
+	int fd;
+
+	cr_assert_geq(tc_engine_init(OPTS), 0);
+	cr_assert_eq(tc_peer_start(&t, OPTS), 0);
+	base = peer_u64(&t, 0, "alloc 0 65536 rw");
+	handshake(t.addr, token, &dport);
+
+	/* A token nobody issued: hung up on. */
+	fd = data_conn(dport, bad);
+	cr_assert(closed(fd), "a bad token was accepted");
+	close(fd);
+
+	fd = data_conn(dport, token);
+	/* A write outside every exported region: its payload is read and
+	 * dropped, the answer says ERANGE, the connection goes on. */
+	memset(&f, 0, sizeof(f));
+	f.type = F_WRITE;
+	f.addr = base + 65536 - 100;
+	f.len = sizeof(payload);
+	xsend(fd, &f, sizeof(f));
+	xsend(fd, payload, sizeof(payload));
+	cr_assert_eq(xrecv(fd, &r, sizeof(r)), 0);
+	cr_assert_eq(r.type, F_WRITE_ACK);
+	cr_assert_eq(r.status, -ERANGE);
+	/* A read of memory nobody exported. */
+	memset(&f, 0, sizeof(f));
+	f.type = F_READ;
+	f.addr = 0x1000;
+	f.aux = 4096;
+	xsend(fd, &f, sizeof(f));
+	cr_assert_eq(xrecv(fd, &r, sizeof(r)), 0);
+	cr_assert_eq(r.type, F_READ_DATA);
+	cr_assert_eq(r.status, -ERANGE);
+	cr_assert_eq(r.len, 0);
+	/* A fence into a data region. */
+	memset(&f, 0, sizeof(f));
+	f.type = F_FENCE;
+	f.addr = base;
+	f.aux = 5;
+	xsend(fd, &f, sizeof(f));
+	cr_assert_eq(xrecv(fd, &r, sizeof(r)), 0);
+	cr_assert_eq(r.type, F_FENCE_ACK);
+	cr_assert_eq(r.status, -ERANGE);
+	/* A legitimate write on the same connection still works. */
+	memset(&f, 0, sizeof(f));
+	f.type = F_WRITE;
+	f.addr = base;
+	f.len = sizeof(payload);
+	xsend(fd, &f, sizeof(f));
+	xsend(fd, payload, sizeof(payload));
+	cr_assert_eq(xrecv(fd, &r, sizeof(r)), 0);
+	cr_assert_eq(r.status, 0);
+	cr_assert_eq(peer_u64(&t, 16, "sum 0 0 4096"), tc_hash(payload, 4096));
+	/* Garbage type, then a truncated header: hung up on. */
+	memset(&f, 0, sizeof(f));
+	f.type = 77;
+	xsend(fd, &f, sizeof(f));
+	cr_assert(closed(fd), "a frame of unknown type was accepted");
+	close(fd);
+	fd = data_conn(dport, token);
+	xsend(fd, &f, 5);
+	close(fd);
+	/* The target still serves a real engine. */
+	{
+		struct kvt_peer *p = open_peer(&t);
+		static uint8_t src[4096];
+
+		cr_assert_not_null(kvt_mem_register(src, sizeof(src), NULL, 0));
+		tc_fill(src, sizeof(src), 3);
+		cr_assert_eq(xfer1(p, KVT_OP_WRITE, src, base + 4096, 4096, NULL), 0);
+		cr_assert_eq(peer_u64(&t, 16, "sum 0 4096 4096"), tc_hash(src, 4096));
+		kvt_peer_close(p);
+	}
+	tc_peer_stop(&t);
+	kvt_fini();
+}
