@@ -101,9 +101,18 @@ wait_timed(struct worker *w, struct kvt_batch *b, unsigned int n, double t0)
 	double deadline = t0 + (double)WAIT_US / 1e6;
 	int st;
 
+	struct timespec nap = { 0, 10000 };
+	double last = t0, now;
+
 	while (cur < n) {
 		kvt_poll(b);
+		now = kvfwd_now();
+		/* Spin while completions come; otherwise let the lcores have
+		 * the cpu (small boxes run everything on two cores). */
+		if (now - last > 50e-6)
+			nanosleep(&nap, NULL);
 		while (cur < n && (st = kvt_status(b, cur)) != -EINPROGRESS) {
+			last = now;
 			sample(&w->req, (kvfwd_now() - t0) * 1e6);
 			if (st != 0) {
 				if (w->errors++ == 0)
@@ -504,7 +513,7 @@ kvfwd_initiator(const struct kvfwd_opts *o, struct kvfwd_result *res)
 		kvt_peer_close(sh.peer);
 		return sh.rlen == 0 ? KVFWD_EXIT_PEER : KVFWD_EXIT_USAGE;
 	}
-	if (o->fence || o->verify) {
+	if (o->fence || o->verify || (o->baseline && kvfwd_uses_tcp(o))) {
 		kvt_listen_addr(addr, sizeof(addr));
 		snprintf(hello, sizeof(hello), "hello %s %" PRIu64 " %s %d", addr,
 			 o->block, o->op == KVT_OP_READ ? "read" : "write",
@@ -514,7 +523,11 @@ kvfwd_initiator(const struct kvfwd_opts *o, struct kvfwd_result *res)
 			kvt_peer_close(sh.peer);
 			return KVFWD_EXIT_PEER;
 		}
+		res->sink_port = (uint16_t)strtoul(sh.result + 5, NULL, 10);
 	}
+	snprintf(res->peer_ip, sizeof(res->peer_ip), "%.*s",
+		 (int)(strrchr(o->peer, ':') != NULL ?
+		       strrchr(o->peer, ':') - o->peer : 0), o->peer);
 	w = calloc(o->threads, sizeof(*w));
 	sh.bytes_left = o->total;
 	for (i = 0; i < o->threads; i++) {

@@ -36,6 +36,7 @@ struct kvfwd_opts {
 	int baseline;
 	int json;
 	char transport[64];
+	char baseline_to[256];	/* tcp baseline: target addresses */
 	long fault_block;	/* hidden: corrupt this block's source */
 };
 
@@ -59,6 +60,8 @@ struct kvfwd_result {
 	/* baseline */
 	const char *baseline_name;
 	double baseline_gbps;
+	uint16_t sink_port;	/* the target's plain socket sink */
+	char peer_ip[64];
 };
 
 /* Room ids and the verify pattern: both sides derive them alike. */
@@ -82,7 +85,12 @@ double kvfwd_gpu_copy_gbps(const struct kvfwd_opts *o);
 int kvfwd_target(const struct kvfwd_opts *o, FILE *ready);
 int kvfwd_initiator(const struct kvfwd_opts *o, struct kvfwd_result *res);
 /* Raw copy the transport competes with; @return GB/s or < 0. */
-double kvfwd_baseline(const struct kvfwd_opts *o, const char **name);
+double kvfwd_baseline(const struct kvfwd_opts *o,
+		      const struct kvfwd_result *res, const char **name);
+/* Target: a thread that accepts plain TCP streams and drops the bytes;
+ * @return its port, 0 on failure. */
+uint16_t kvfwd_sink_start(void);
+int kvfwd_uses_tcp(const struct kvfwd_opts *o);
 void kvfwd_report(const struct kvfwd_opts *o, struct kvfwd_result *res);
 
 /* Notification messages between initiator and target. */

@@ -45,6 +45,8 @@ usage(FILE *f)
 "  --verify               check every block at the receiver (implies --fence\n"
 "                         for writes); exit 1 on any mixed or stale block\n"
 "  --baseline             measure the raw copy the transport competes with\n"
+"  --baseline-to IP[,IP]  tcp: target addresses the plain socket streams go\n"
+"                         to, one stream each (default: the --peer host)\n"
 "  --json                 machine-readable result on stdout\n");
 }
 
@@ -75,7 +77,7 @@ parse_size(const char *s, uint64_t *out)
 enum {
 	O_PEER = 256, O_OP, O_BLOCK, O_BATCH, O_THREADS, O_TOTAL, O_DURATION,
 	O_SRC, O_DST, O_BUFFER, O_TRANSPORT, O_SLICE, O_NIC, O_FENCE,
-	O_VERIFY, O_BASELINE, O_JSON, O_FAULT, O_HELP,
+	O_VERIFY, O_BASELINE, O_BASELINE_TO, O_JSON, O_FAULT, O_HELP,
 };
 
 static const struct option long_opts[] = {
@@ -95,6 +97,7 @@ static const struct option long_opts[] = {
 	{ "fence", no_argument, NULL, O_FENCE },
 	{ "verify", no_argument, NULL, O_VERIFY },
 	{ "baseline", no_argument, NULL, O_BASELINE },
+	{ "baseline-to", required_argument, NULL, O_BASELINE_TO },
 	{ "json", no_argument, NULL, O_JSON },
 	{ "x-fault-corrupt-block", required_argument, NULL, O_FAULT },
 	{ "help", no_argument, NULL, O_HELP },
@@ -205,6 +208,10 @@ parse_opts(struct kvfwd_opts *o, struct args *a, int argc, char **argv)
 			break;
 		case O_BASELINE:
 			o->baseline = 1;
+			break;
+		case O_BASELINE_TO:
+			snprintf(o->baseline_to, sizeof(o->baseline_to), "%s",
+				 optarg);
 			break;
 		case O_JSON:
 			o->json = 1;
@@ -390,7 +397,8 @@ main(int argc, char **argv)
 	ret = kvfwd_initiator(&o, &res);
 	if (ret != KVFWD_EXIT_USAGE && ret != KVFWD_EXIT_PEER) {
 		if (o.baseline)
-			res.baseline_gbps = kvfwd_baseline(&o, &res.baseline_name);
+			res.baseline_gbps = kvfwd_baseline(&o, &res,
+							   &res.baseline_name);
 		kvfwd_report(&o, &res);
 	}
 	free(res.req_lat);

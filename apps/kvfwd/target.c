@@ -49,6 +49,7 @@ struct target {
 	unsigned int npend;
 	struct kvt_batch *cb;
 	unsigned int cb_used;
+	uint16_t sink_port;
 	struct {
 		unsigned int n;
 		struct kvfwd_credit c[KVFWD_CREDITS_PER_MSG];
@@ -156,7 +157,7 @@ session_end(struct target *t)
 static void
 on_hello(struct target *t, const char *text)
 {
-	char addr[128], op[8];
+	char addr[128], op[8], answer[32];
 	unsigned long long block;
 	uint32_t s;
 
@@ -186,7 +187,8 @@ on_hello(struct target *t, const char *text)
 		for (s = 0; s < t->nslots; s++)
 			credit(t, s);
 	}
-	send_text(t, "ready");
+	snprintf(answer, sizeof(answer), "ready %u", t->sink_port);
+	send_text(t, answer);
 }
 
 static void
@@ -264,6 +266,7 @@ kvfwd_target(const struct kvfwd_opts *o, FILE *ready)
 		fprintf(stderr, "kvfwd target: out of memory\n");
 		return KVFWD_EXIT_USAGE;
 	}
+	t.sink_port = kvfwd_sink_start();
 	kvt_listen_addr(addr, sizeof(addr));
 	fprintf(ready, "kvfwd target: listening on %s buffer %#" PRIxPTR " %" PRIu64 "\n",
 		addr, (uintptr_t)t.buf, o->buffer);

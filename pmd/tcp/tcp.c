@@ -118,6 +118,8 @@ struct tcp_sock {
 	uint32_t rx_done;
 	int32_t rx_status;	/* target: the frame's outcome so far */
 	uint8_t small[KVT_NOTIFY_MAX];	/* NOTIFY payload */
+	uint8_t rbuf[4096];	/* headers and small frames */
+	uint32_t rb_off, rb_len;
 	struct tcp_hello hello;
 	uint32_t hello_off;
 	/* target: responses owed, in order */
@@ -563,34 +565,6 @@ serve_frame(struct kvt_port *port, struct tcp_sock *s)
 	return -EPROTO;
 }
 
-/* Target: receive payload bytes into place (or into the scratch). */
-static ssize_t
-serve_payload(struct kvt_port *port, struct tcp_sock *s)
-{
-	struct tcp_port *tp = port->priv;
-	struct tcp_hdr *h = &s->rh;
-	uint32_t want = RTE_MIN(s->rx_left, TCP_CHUNK);
-	unsigned int tok;
-	uint8_t *dst;
-	ssize_t n;
-
-	if (h->type == F_NOTIFY)
-		return recv(s->fd, s->small + s->rx_done, s->rx_left, 0);
-	tok = kvt_target_begin();
-	/* Checked again each chunk: the region may have gone meanwhile. */
-	dst = s->rx_status == 0 ?
-		kvt_target_range(h->addr + s->rx_done, want, KVT_MEM_REMOTE_WRITE) :
-		NULL;
-	if (dst == NULL) {
-		s->rx_status = s->rx_status != 0 ? s->rx_status : -ERANGE;
-		kvt_target_end(tok);
-		return recv(s->fd, tp->scratch, RTE_MIN(want, sizeof(tp->scratch)), 0);
-	}
-	n = recv(s->fd, dst, want, 0);
-	kvt_target_end(tok);
-	return n;
-}
-
 /* Initiator: a whole response header arrived. */
 static int
 took_header(struct tcp_sock *s)
@@ -626,58 +600,203 @@ took_frame(struct kvt_port *port, struct tcp_sock *s)
 	kvt_desc_complete(d, s->rh.status != 0 ? (int)s->rh.status : 0);
 }
 
-/* Read what is there; @return work done or a negative errno. */
+/*
+ * Where the next payload bytes of the current frame go (target: into
+ * place while the range is still exported, else the scratch; initiator:
+ * the READ's buffer).  want is capped to what may be written there.
+ * Called inside a target section on the target side.
+ */
+static uint8_t *
+payload_dst(struct kvt_port *port, struct tcp_sock *s, uint32_t *want)
+{
+	struct tcp_port *tp = port->priv;
+	struct tcp_hdr *h = &s->rh;
+	uint8_t *dst;
+
+	if (!s->server)
+		return s->wq->local + s->rx_done;
+	if (h->type == F_NOTIFY)
+		return s->small + s->rx_done;
+	/* Checked again each chunk: the region may have gone meanwhile. */
+	dst = s->rx_status == 0 ?
+		kvt_target_range(h->addr + s->rx_done, *want, KVT_MEM_REMOTE_WRITE) :
+		NULL;
+	if (dst != NULL)
+		return dst;
+	s->rx_status = s->rx_status != 0 ? s->rx_status : -ERANGE;
+	*want = RTE_MIN(*want, (uint32_t)sizeof(tp->scratch));
+	return tp->scratch;
+}
+
+/* Payload bytes n arrived; @return 1 when the frame is complete. */
+static int
+payload_took(struct tcp_sock *s, uint32_t n)
+{
+	s->rx_left -= n;
+	s->rx_done += n;
+	return s->rx_left == 0;
+}
+
+static int
+frame_done(struct kvt_port *port, struct tcp_sock *s)
+{
+	int ret = 0;
+
+	if (s->server)
+		ret = serve_frame(port, s);
+	else
+		took_frame(port, s);
+	s->rh_off = 0;
+	return ret;
+}
+
+/* Header bytes are complete: act on it. */
+static int
+header_done(struct kvt_port *port, struct tcp_sock *s)
+{
+	int ret = s->server ? serve_header(port, s) : took_header(s);
+
+	if (ret == 0 && s->rx_left == 0)
+		ret = frame_done(port, s);
+	return ret;
+}
+
+/* Take what the receive buffer holds. */
+static int
+consume(struct kvt_port *port, struct tcp_sock *s)
+{
+	uint32_t avail, n;
+	unsigned int tok = 0;
+	uint8_t *dst;
+	int ret;
+
+	while (s->rb_off < s->rb_len) {
+		/* Target: keep the rest until our answers drain. */
+		if (s->server && s->resp_tail - s->resp_head == TCP_RESP_RING)
+			return 0;
+		avail = s->rb_len - s->rb_off;
+		if (s->rh_off < sizeof(s->rh)) {
+			n = RTE_MIN(avail, (uint32_t)sizeof(s->rh) - s->rh_off);
+			memcpy((uint8_t *)&s->rh + s->rh_off, s->rbuf + s->rb_off, n);
+			s->rh_off += n;
+			s->rb_off += n;
+			if (s->rh_off == sizeof(s->rh)) {
+				ret = header_done(port, s);
+				if (ret < 0)
+					return ret;
+			}
+			continue;
+		}
+		n = RTE_MIN(avail, s->rx_left);
+		if (s->server)
+			tok = kvt_target_begin();
+		dst = payload_dst(port, s, &n);
+		memcpy(dst, s->rbuf + s->rb_off, n);
+		if (s->server)
+			kvt_target_end(tok);
+		s->rb_off += n;
+		if (payload_took(s, n)) {
+			ret = frame_done(port, s);
+			if (ret < 0)
+				return ret;
+		}
+	}
+	return 0;
+}
+
+/*
+ * Read what is there.  Headers and small frames come through a buffer,
+ * so many acknowledgements cost one call; a large payload is received
+ * straight into its destination.  @return work done or a negative errno.
+ */
 static int
 sock_recv(struct kvt_port *port, struct tcp_sock *s)
 {
+	unsigned int tok = 0;
+	uint32_t want;
+	uint8_t *dst;
 	ssize_t n;
 	int work = 0, ret;
 
 	for (;;) {
-		if (s->rh_off < sizeof(s->rh)) {
-			n = recv(s->fd, (uint8_t *)&s->rh + s->rh_off,
-				 sizeof(s->rh) - s->rh_off, 0);
-		} else if (s->rx_left > 0) {
-			n = s->server ? serve_payload(port, s) :
-				recv(s->fd, s->wq->local + s->rx_done,
-				     RTE_MIN(s->rx_left, TCP_CHUNK), 0);
+		if (s->rb_off < s->rb_len) {
+			ret = consume(port, s);
+			if (ret < 0)
+				return ret;
+		}
+		/* Target: do not run ahead of what we can answer. */
+		if (s->rb_off < s->rb_len ||
+		    (s->server && s->resp_tail - s->resp_head == TCP_RESP_RING))
+			return work;
+		if (s->rh_off == sizeof(s->rh) && s->rx_left >= sizeof(s->rbuf)) {
+			want = RTE_MIN(s->rx_left, TCP_CHUNK);
+			if (s->server)
+				tok = kvt_target_begin();
+			dst = payload_dst(port, s, &want);
+			n = recv(s->fd, dst, want, 0);
+			if (s->server)
+				kvt_target_end(tok);
+			if (n > 0 && payload_took(s, (uint32_t)n)) {
+				ret = frame_done(port, s);
+				if (ret < 0)
+					return ret;
+			}
 		} else {
-			n = 0;	/* frame complete, handled below */
-			goto frame;
+			/* The target reads a header alone, so the WRITE payload
+			 * behind it lands in place without a copy; the
+			 * initiator buffers, as its frames are mostly acks. */
+			n = recv(s->fd, s->rbuf, s->server && s->rh_off == 0 ?
+				 sizeof(s->rh) : sizeof(s->rbuf), 0);
+			if (n > 0) {
+				s->rb_off = 0;
+				s->rb_len = (uint32_t)n;
+				ret = consume(port, s);
+				if (ret < 0)
+					return ret;
+			}
 		}
 		if (n == 0)
 			return -ECONNRESET;
 		if (n < 0)
 			return errno == EAGAIN || errno == EINTR ? work : -errno;
 		work++;
-		if (s->rh_off < sizeof(s->rh)) {
-			s->rh_off += (uint32_t)n;
-			if (s->rh_off < sizeof(s->rh))
-				continue;
-			ret = s->server ? serve_header(port, s) : took_header(s);
-			if (ret < 0)
-				return ret;
-			if (s->rx_left > 0)
-				continue;
-		} else {
-			s->rx_left -= (uint32_t)n;
-			s->rx_done += (uint32_t)n;
-			if (s->rx_left > 0)
-				continue;
-		}
-frame:
-		if (s->server) {
-			ret = serve_frame(port, s);
-			if (ret < 0)
-				return ret;
-		} else {
-			took_frame(port, s);
-		}
-		s->rh_off = 0;
-		/* Target: do not run ahead of what we can answer. */
-		if (s->server && s->resp_tail - s->resp_head == TCP_RESP_RING)
-			return work;
 	}
+}
+
+/*
+ * Target: answers without payload at the head of the queue go out
+ * together, one call for many.  @return bytes sent (0: the head carries
+ * data or was half sent), or -1 with errno.
+ */
+static ssize_t
+send_acks(struct tcp_sock *s)
+{
+	struct tcp_hdr h[32];
+	uint32_t i, n = 0, full;
+	ssize_t sent;
+
+	while (n < RTE_DIM(h) && s->resp_head + n != s->resp_tail) {
+		const struct tcp_resp *r = &s->resp[(s->resp_head + n) % TCP_RESP_RING];
+
+		if ((r->h.len != 0 && r->h.status == 0) || r->off != 0)
+			break;
+		h[n] = r->h;
+		hdr_to_wire(&h[n]);
+		n++;
+	}
+	if (n == 0)
+		return 0;
+	sent = send(s->fd, h, n * sizeof(h[0]), MSG_NOSIGNAL | MSG_DONTWAIT);
+	if (sent <= 0)
+		return sent < 0 ? -1 : 0;
+	full = (uint32_t)((size_t)sent / sizeof(h[0]));
+	s->resp_head += full;
+	/* A header cut short continues through the general path. */
+	if ((size_t)sent % sizeof(h[0]) != 0) {
+		i = s->resp_head % TCP_RESP_RING;
+		s->resp[i].off = (uint32_t)((size_t)sent % sizeof(h[0]));
+	}
+	return sent;
 }
 
 /* Target: send the responses owed, in order. */
@@ -694,6 +813,13 @@ sock_respond(struct tcp_sock *s)
 	int work = 0;
 
 	while (s->resp_head != s->resp_tail) {
+		n = send_acks(s);
+		if (n < 0)
+			return errno == EAGAIN || errno == EINTR ? work : -errno;
+		if (n > 0) {
+			work++;
+			continue;
+		}
 		r = &s->resp[s->resp_head % TCP_RESP_RING];
 		h = r->h;
 		total = (uint32_t)sizeof(h) + (r->h.status == 0 ? r->h.len : 0);
@@ -852,10 +978,14 @@ tcp_poll(struct kvt_port *port)
 	for (s = tp->socks; s != NULL; s = next) {
 		next = s->next;
 		ret = 0;
-		if (s->authed && s->server)
+		if (s->authed && s->server) {
 			ret = sock_respond(s);
-		else if (s->authed)
+			/* Frames held back while answers were owed. */
+			if (ret >= 0 && s->rb_off < s->rb_len)
+				ret = sock_recv(port, s);
+		} else if (s->authed) {
 			ret = sock_send(port, s);
+		}
 		if (ret < 0) {
 			sock_close(port, s, -ECONNRESET);
 			continue;
