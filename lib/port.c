@@ -93,6 +93,17 @@ probe_one(const struct kvt_pmd *pmd, const char *args)
 	return 0;
 }
 
+static int
+probed(const struct kvt_pmd *pmd)
+{
+	unsigned int i;
+
+	for (i = 0; i < kvt_eng->nports; i++)
+		if (kvt_eng->ports[i]->pmd == pmd)
+			return 1;
+	return 0;
+}
+
 int
 kvt_ports_probe(void)
 {
@@ -117,6 +128,10 @@ kvt_ports_probe(void)
 			pmd = pmd_find(a, comma ? (size_t)(comma - a) : strlen(a));
 			if (pmd == NULL) {
 				KVT_LOG(ERR, "unknown transport in --kvt-pmd %s", a);
+				return -EINVAL;
+			}
+			if (probed(pmd)) {
+				KVT_LOG(ERR, "--kvt-pmd names transport %s twice", pmd->name);
 				return -EINVAL;
 			}
 			ret = probe_one(pmd, comma ? comma + 1 : "");

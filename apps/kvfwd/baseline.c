@@ -22,10 +22,19 @@
 
 #define SINK_BUF (4u << 20)
 
+/* TCP carries the run: named so, or the only kind of port there is. */
 int
 kvfwd_uses_tcp(const struct kvfwd_opts *o)
 {
-	return strncmp(o->transport, "tcp", 3) == 0;
+	struct kvt_port_info pi;
+	unsigned int i, tcp = 0;
+
+	if (o->transport[0] != '\0')
+		return strncmp(o->transport, "tcp", 3) == 0;
+	for (i = 0; i < kvt_port_count(); i++)
+		if (kvt_port_info(i, &pi) == 0 && strcmp(pi.pmd, "tcp") == 0)
+			tcp++;
+	return tcp > 0 && tcp == kvt_port_count();
 }
 
 /* ---- the target's sink: accept, read, drop ---- */
