@@ -466,6 +466,7 @@ kvt_ctl_region_event(const struct kvt_mem *m, int added)
 
 	if (kvt_eng == NULL)
 		return;
+	kvt_meta_regions_changed();
 	ret = kvt_wire_begin(&b, added ? KVT_W_REGION_ADD : KVT_W_REGION_DEL);
 	if (added)
 		ret |= kvt_mem_export_one(m, &b);

@@ -340,12 +340,17 @@ kvt_init(int argc, char **argv)
 	ret = kvt_ctl_start();
 	if (ret < 0)
 		goto stop_lcores;
+	ret = kvt_meta_start();
+	if (ret < 0)
+		goto stop_ctl;
 	kvt_stats_init();
 	KVT_LOG(NOTICE, "engine %s listening on %s, %u port(s) on %u lcore(s)",
 		e->o.name, e->listen_str, e->nports, e->nlcores);
 	/* Like rte_eal_init: argv[ret] is the last argument kvt used. */
 	return argc > 0 ? kvt_first - 1 + consumed : 0;
 
+stop_ctl:
+	kvt_ctl_stop();
 stop_lcores:
 	kvt_lcores_stop();
 stop_ports:
@@ -370,6 +375,7 @@ kvt_fini(void)
 
 	if (e == NULL)
 		return -ENODEV;
+	kvt_meta_stop();
 	kvt_ctl_stop();
 	kvt_lcores_stop();
 	kvt_ports_stop();

@@ -148,6 +148,22 @@ void kvt_mem_fini(void);
 /* Snapshot of exported regions for a handshake (control path). */
 int kvt_mem_export_all(struct kvt_buf *out);
 int kvt_mem_export_one(const struct kvt_mem *m, struct kvt_buf *out);
+struct json_t;
+/* Exported regions as a JSON array (for the metadata descriptor). */
+struct json_t *kvt_mem_export_json(void);
+
+/* ------------------------------------------------------------------ */
+/* Metadata service (meta.c)                                           */
+/* ------------------------------------------------------------------ */
+
+/* Publish this engine when --kvt-meta names etcd; @return 0 or -errno. */
+int kvt_meta_start(void);
+void kvt_meta_stop(void);
+int kvt_meta_enabled(void);
+/* A region appeared or vanished: publish the descriptor again. */
+void kvt_meta_regions_changed(void);
+/* The control address of the engine published as name. */
+int kvt_meta_resolve(const char *name, char *addr, size_t len);
 
 /* ------------------------------------------------------------------ */
 /* Handshake frames (wire.c)                                           */

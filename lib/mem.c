@@ -19,6 +19,7 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 
+#include <jansson.h>
 #include <rte_errno.h>
 
 #include "kvt_private.h"
@@ -546,4 +547,30 @@ kvt_target_range(uint64_t addr, uint64_t len, uint32_t perm)
 	if ((m->lm.flags & KVT_MEM_F_FENCE) || (m->lm.flags & perm) != perm)
 		return NULL;
 	return (uint8_t *)(uintptr_t)addr;
+}
+
+/* Exported regions for the metadata descriptor. */
+json_t *
+kvt_mem_export_json(void)
+{
+	const struct kvt_reg *r;
+	json_t *a = json_array();
+	char loc[16];
+	unsigned int i;
+
+	pthread_mutex_lock(&reg_lock);
+	r = kvt_reg;
+	for (i = 0; r != NULL && i < r->n; i++) {
+		const struct kvt_lmem *m = &r->m[i]->lm;
+
+		if (!(m->flags & (KVT_MEM_REMOTE_READ | KVT_MEM_REMOTE_WRITE)))
+			continue;
+		kvt_loc_str(&m->loc, loc, sizeof(loc));
+		json_array_append_new(a, json_pack("{s:I,s:I,s:i,s:s}",
+			"base", (json_int_t)(uintptr_t)m->addr,
+			"len", (json_int_t)m->len, "flags", (int)m->flags,
+			"loc", loc));
+	}
+	pthread_mutex_unlock(&reg_lock);
+	return a;
 }

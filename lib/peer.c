@@ -528,6 +528,7 @@ kvt_peer_open(const char *addr, unsigned int timeout_ms)
 {
 	struct sockaddr_in sa;
 	struct kvt_peer *p;
+	char where[128];
 	uint64_t deadline;
 	int ret;
 
@@ -535,12 +536,26 @@ kvt_peer_open(const char *addr, unsigned int timeout_ms)
 		rte_errno = ENODEV;
 		return NULL;
 	}
-	if (addr == NULL || strlen(addr) >= sizeof(p->addr) ||
-	    kvt_parse_addr(addr, &sa) < 0 || sa.sin_port == 0) {
-		KVT_LOG(ERR, "peer address '%s': expected host:port",
-			addr ? addr : "(null)");
+	if (addr == NULL || strlen(addr) >= sizeof(p->addr)) {
+		KVT_LOG(ERR, "peer address: expected host:port or a name");
 		rte_errno = EINVAL;
 		return NULL;
+	}
+	if (kvt_parse_addr(addr, &sa) < 0 || sa.sin_port == 0) {
+		/* Not host:port: a name, when a metadata service is set. */
+		if (!kvt_meta_enabled()) {
+			KVT_LOG(ERR, "peer address '%s': expected host:port (names need --kvt-meta etcd://...)",
+				addr);
+			rte_errno = EINVAL;
+			return NULL;
+		}
+		ret = kvt_meta_resolve(addr, where, sizeof(where));
+		if (ret == 0 && (kvt_parse_addr(where, &sa) < 0 || sa.sin_port == 0))
+			ret = -EPROTO;
+		if (ret < 0) {
+			rte_errno = -ret;
+			return NULL;
+		}
 	}
 	pthread_mutex_lock(&kvt_eng->ctl_lock);
 	p = cached(addr);

@@ -1,0 +1,525 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * Cluster metadata in etcd (--kvt-meta etcd://host:port[,host:port...]).
+ *
+ * The engine publishes a descriptor (name, control address, pid, regions,
+ * ports) under <prefix>/<cluster>/engines/<name>, attached to a lease a
+ * "kvt-meta" thread keeps alive; the key is created only if absent, so a
+ * live engine's name cannot be taken; at kvt_fini the key and lease go.
+ * kvt_peer_open(name) reads the key and then connects as with the P2P
+ * handshake.  Everything after that is P2P: an etcd outage stops name
+ * lookups, not transfers between peers already open.
+ *
+ * Client: etcd's v3 JSON gateway over HTTP with libcurl, parsed with
+ * jansson; every answer is checked before it is used.  Base64 (the
+ * gateway's encoding of keys and values) is written here: neither library
+ * offers it.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <curl/curl.h>
+#include <jansson.h>
+#include <rte_errno.h>
+
+#include "kvt_private.h"
+
+#define META_PREFIX "/kvt"
+#define META_MAX_ENDPOINTS 8
+#define META_HTTP_MS 1000
+#define META_ANSWER_MAX (1u << 20)
+
+static struct {
+	char ep[META_MAX_ENDPOINTS][128];	/* "http://host:port" */
+	unsigned int nep;
+	unsigned int cur;	/* the endpoint that answered last */
+	char key[256];
+	int64_t lease;
+	unsigned int ttl;
+	pthread_t thread;
+	int running;
+	int dirty;		/* regions changed: publish again */
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+} meta = { .lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER };
+
+int
+kvt_meta_enabled(void)
+{
+	return meta.nep > 0;
+}
+
+/* ---- base64 ---- */
+
+static const char b64[] =
+	"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+static char *
+b64_encode(const void *in, size_t n)
+{
+	const uint8_t *p = in;
+	char *out = malloc((n + 2) / 3 * 4 + 1), *o = out;
+	size_t i;
+	uint32_t v;
+
+	if (out == NULL)
+		return NULL;
+	for (i = 0; i + 2 < n; i += 3) {
+		v = (uint32_t)p[i] << 16 | (uint32_t)p[i + 1] << 8 | p[i + 2];
+		*o++ = b64[v >> 18];
+		*o++ = b64[(v >> 12) & 63];
+		*o++ = b64[(v >> 6) & 63];
+		*o++ = b64[v & 63];
+	}
+	if (i < n) {
+		v = (uint32_t)p[i] << 16 | (i + 1 < n ? (uint32_t)p[i + 1] << 8 : 0);
+		*o++ = b64[v >> 18];
+		*o++ = b64[(v >> 12) & 63];
+		*o++ = i + 1 < n ? b64[(v >> 6) & 63] : '=';
+		*o++ = '=';
+	}
+	*o = '\0';
+	return out;
+}
+
+/* @return bytes decoded into out (NUL-terminated), or -1. */
+static int
+b64_decode(const char *in, char *out, size_t cap)
+{
+	size_t n = strlen(in), i, o = 0;
+	uint32_t v = 0;
+	int bits = 0;
+	const char *c;
+
+	for (i = 0; i < n && in[i] != '='; i++) {
+		c = strchr(b64, in[i]);
+		if (c == NULL || in[i] == '\0')
+			return -1;
+		v = v << 6 | (uint32_t)(c - b64);
+		bits += 6;
+		if (bits >= 8) {
+			bits -= 8;
+			if (o + 1 >= cap)
+				return -1;
+			out[o++] = (char)(v >> bits);
+		}
+	}
+	out[o] = '\0';
+	return (int)o;
+}
+
+/* ---- HTTP ---- */
+
+struct answer {
+	char *data;
+	size_t len;
+};
+
+static size_t
+collect(char *p, size_t sz, size_t n, void *arg)
+{
+	struct answer *a = arg;
+	size_t len = sz * n;
+	char *d;
+
+	if (a->len + len > META_ANSWER_MAX)
+		return 0;	/* an answer this big is not etcd's */
+	d = realloc(a->data, a->len + len + 1);
+	if (d == NULL)
+		return 0;
+	memcpy(d + a->len, p, len);
+	a->len += len;
+	d[a->len] = '\0';
+	a->data = d;
+	return len;
+}
+
+/*
+ * POST body to path on the first endpoint that answers.  @return the
+ * parsed JSON answer (caller frees), or NULL with *err set: -EHOSTUNREACH
+ * (no endpoint answered), -EPROTO (not JSON, or an error answer).
+ */
+static json_t *
+post(const char *path, json_t *body, int *err)
+{
+	struct answer a = { NULL, 0 };
+	char url[256], *text = json_dumps(body, JSON_COMPACT);
+	json_t *res = NULL;
+	unsigned int i, k;
+	long code = 0;
+	CURL *c;
+
+	*err = -EHOSTUNREACH;
+	if (text == NULL) {
+		*err = -ENOMEM;
+		return NULL;
+	}
+	c = curl_easy_init();
+	for (i = 0; c != NULL && i < meta.nep && res == NULL; i++) {
+		k = (meta.cur + i) % meta.nep;
+		snprintf(url, sizeof(url), "%s%s", meta.ep[k], path);
+		free(a.data);
+		a.data = NULL;
+		a.len = 0;
+		curl_easy_setopt(c, CURLOPT_URL, url);
+		curl_easy_setopt(c, CURLOPT_POSTFIELDS, text);
+		curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, (long)META_HTTP_MS);
+		curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, (long)META_HTTP_MS);
+		curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+		curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, collect);
+		curl_easy_setopt(c, CURLOPT_WRITEDATA, &a);
+		if (curl_easy_perform(c) != CURLE_OK)
+			continue;
+		meta.cur = k;
+		curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &code);
+		res = a.data != NULL ? json_loads(a.data, 0, NULL) : NULL;
+		if (res == NULL || !json_is_object(res) || code != 200 ||
+		    json_object_get(res, "error") != NULL) {
+			KVT_LOG(ERR, "etcd %s%s answered %ld: %.200s", meta.ep[k], path,
+				code, a.data != NULL ? a.data : "(nothing)");
+			json_decref(res);
+			res = NULL;
+			*err = -EPROTO;
+			break;
+		}
+	}
+	if (c != NULL)
+		curl_easy_cleanup(c);
+	free(a.data);
+	free(text);
+	return res;
+}
+
+/* etcd's int64 fields arrive as JSON strings. */
+static int
+get_i64(json_t *o, const char *name, int64_t *out)
+{
+	json_t *v = json_object_get(o, name);
+	char *end;
+
+	if (json_is_integer(v)) {
+		*out = json_integer_value(v);
+		return 0;
+	}
+	if (!json_is_string(v))
+		return -EPROTO;
+	*out = strtoll(json_string_value(v), &end, 10);
+	return *end == '\0' ? 0 : -EPROTO;
+}
+
+/* ---- the descriptor ---- */
+
+static char *
+descriptor(void)
+{
+	struct kvt_port_info pi;
+	json_t *d = json_object(), *ports = json_array(), *regions;
+	char hex[65];
+	unsigned int i;
+	char *s;
+
+	for (i = 0; i < 32; i++)
+		snprintf(hex + 2 * i, 3, "%02x", kvt_eng->env.host_id[i]);
+	json_object_set_new(d, "name", json_string(kvt_eng->o.name));
+	json_object_set_new(d, "addr", json_string(kvt_eng->listen_str));
+	json_object_set_new(d, "pid", json_integer(getpid()));
+	json_object_set_new(d, "host", json_string(hex));
+	for (i = 0; i < kvt_port_count(); i++) {
+		kvt_port_info(i, &pi);
+		json_array_append_new(ports, json_pack("{s:s,s:s}", "name", pi.name,
+						       "pmd", pi.pmd));
+	}
+	json_object_set_new(d, "ports", ports);
+	regions = kvt_mem_export_json();
+	json_object_set_new(d, "regions", regions != NULL ? regions : json_array());
+	s = json_dumps(d, JSON_COMPACT);
+	json_decref(d);
+	return s;
+}
+
+static int
+grant(void)
+{
+	json_t *req = json_pack("{s:I}", "TTL", (json_int_t)meta.ttl), *res;
+	int64_t id = 0;
+	int err;
+
+	res = post("/v3/lease/grant", req, &err);
+	json_decref(req);
+	if (res == NULL)
+		return err;
+	err = get_i64(res, "ID", &id);
+	json_decref(res);
+	if (err < 0 || id == 0)
+		return -EPROTO;
+	meta.lease = id;
+	return 0;
+}
+
+/* Put the descriptor: only if absent (first time), else overwrite ours. */
+static int
+publish(int create)
+{
+	char *val = descriptor(), *k = b64_encode(meta.key, strlen(meta.key));
+	char *v = val != NULL ? b64_encode(val, strlen(val)) : NULL;
+	json_t *put, *req, *res;
+	int err = -ENOMEM;
+
+	if (k == NULL || v == NULL)
+		goto out;
+	put = json_pack("{s:s,s:s,s:I}", "key", k, "value", v, "lease",
+			(json_int_t)meta.lease);
+	if (create)
+		req = json_pack("{s:[{s:s,s:s,s:s}],s:[{s:o}]}",
+				"compare", "key", k, "target", "CREATE",
+				"create_revision", "0",
+				"success", "request_put", put);
+	else
+		req = json_pack("{s:[{s:o}]}", "success", "request_put", put);
+	res = post("/v3/kv/txn", req, &err);
+	json_decref(req);
+	if (res == NULL)
+		goto out;
+	err = json_is_true(json_object_get(res, "succeeded")) ? 0 : -EEXIST;
+	json_decref(res);
+out:
+	free(val);
+	free(k);
+	free(v);
+	return err;
+}
+
+static int
+keepalive(void)
+{
+	json_t *req = json_pack("{s:I}", "ID", (json_int_t)meta.lease), *res;
+	json_t *r;
+	int64_t ttl = 0;
+	int err;
+
+	res = post("/v3/lease/keepalive", req, &err);
+	json_decref(req);
+	if (res == NULL)
+		return err;
+	r = json_object_get(res, "result");
+	/* No TTL in the answer: the lease is gone (expired during an
+	 * outage). */
+	err = r != NULL && get_i64(r, "TTL", &ttl) == 0 && ttl > 0 ? 0 : -ENOENT;
+	json_decref(res);
+	return err;
+}
+
+static void
+lease_revoke(void)
+{
+	json_t *req = json_pack("{s:I}", "ID", (json_int_t)meta.lease), *res;
+	int err;
+
+	res = post("/v3/lease/revoke", req, &err);
+	json_decref(req);
+	json_decref(res);
+}
+
+static void
+unpublish(void)
+{
+	char *k = b64_encode(meta.key, strlen(meta.key));
+	json_t *req, *res;
+	int err;
+
+	if (k != NULL) {
+		req = json_pack("{s:s}", "key", k);
+		res = post("/v3/kv/deleterange", req, &err);
+		json_decref(req);
+		json_decref(res);
+		free(k);
+	}
+	lease_revoke();
+}
+
+/* The lease is kept alive every ttl/3; regions changes are published. */
+static void *
+meta_main(void *arg)
+{
+	struct timespec ts;
+	int ret, lost = 0;
+
+	RTE_SET_USED(arg);
+	pthread_mutex_lock(&meta.lock);
+	while (meta.running) {
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_nsec += (long)meta.ttl * 1000000000L / 3 % 1000000000L;
+		ts.tv_sec += (time_t)meta.ttl / 3 + ts.tv_nsec / 1000000000L;
+		ts.tv_nsec %= 1000000000L;
+		if (!meta.dirty)
+			pthread_cond_timedwait(&meta.cond, &meta.lock, &ts);
+		if (!meta.running)
+			break;
+		pthread_mutex_unlock(&meta.lock);
+		ret = keepalive();
+		if (ret == -ENOENT) {
+			/* Expired while etcd was away: start over. */
+			KVT_LOG(WARNING, "etcd lease lost: publishing %s again",
+				meta.key);
+			ret = grant();
+			if (ret == 0)
+				ret = publish(1);
+		} else if (ret == 0 && __atomic_exchange_n(&meta.dirty, 0,
+							   __ATOMIC_ACQ_REL)) {
+			ret = publish(0);
+		}
+		if (ret < 0 && !lost)
+			KVT_LOG(ERR, "etcd unreachable (%s): open peers keep working, lookups by name fail",
+				strerror(-ret));
+		else if (ret == 0 && lost)
+			KVT_LOG(NOTICE, "etcd reachable again");
+		lost = ret < 0;
+		pthread_mutex_lock(&meta.lock);
+	}
+	pthread_mutex_unlock(&meta.lock);
+	return NULL;
+}
+
+static int
+parse_endpoints(const char *url)
+{
+	const char *p = url + strlen("etcd://"), *end;
+	size_t n;
+
+	meta.nep = 0;
+	while (*p != '\0' && meta.nep < META_MAX_ENDPOINTS) {
+		end = strchr(p, ',');
+		n = end != NULL ? (size_t)(end - p) : strlen(p);
+		if (n == 0 || n > 100)
+			return -EINVAL;
+		snprintf(meta.ep[meta.nep++], sizeof(meta.ep[0]), "http://%.*s",
+			 (int)n, p);
+		p += n + (end != NULL);
+	}
+	return meta.nep > 0 ? 0 : -EINVAL;
+}
+
+int
+kvt_meta_start(void)
+{
+	const char *url = kvt_eng->o.meta;
+	int ret;
+
+	meta.nep = 0;
+	if (url == NULL || strcmp(url, "p2p") == 0)
+		return 0;
+	ret = parse_endpoints(url);
+	if (ret < 0) {
+		KVT_LOG(ERR, "--kvt-meta %s: expected etcd://host:port[,host:port]", url);
+		return ret;
+	}
+	curl_global_init(CURL_GLOBAL_DEFAULT);
+	snprintf(meta.key, sizeof(meta.key), "%s/%s/engines/%s", META_PREFIX,
+		 kvt_eng->o.cluster, kvt_eng->o.name);
+	meta.ttl = RTE_MAX(2u, kvt_eng->o.timeout_ms * 3 / 1000);
+	ret = grant();
+	if (ret == 0)
+		ret = publish(1);
+	if (ret == -EEXIST) {
+		KVT_LOG(ERR, "engine name %s is taken in cluster %s by a live engine",
+			kvt_eng->o.name, kvt_eng->o.cluster);
+		lease_revoke();	/* the key is the other engine's */
+	} else if (ret < 0) {
+		KVT_LOG(ERR, "cannot publish to etcd at %s: %s", url, strerror(-ret));
+	}
+	if (ret < 0) {
+		meta.nep = 0;
+		return ret;
+	}
+	meta.running = 1;
+	ret = pthread_create(&meta.thread, NULL, meta_main, NULL);
+	if (ret != 0) {
+		meta.running = 0;
+		unpublish();
+		meta.nep = 0;
+		return -ret;
+	}
+	pthread_setname_np(meta.thread, "kvt-meta");
+	KVT_LOG(INFO, "published %s (lease ttl %u s)", meta.key, meta.ttl);
+	return 0;
+}
+
+void
+kvt_meta_stop(void)
+{
+	if (meta.nep == 0)
+		return;
+	pthread_mutex_lock(&meta.lock);
+	meta.running = 0;
+	pthread_cond_signal(&meta.cond);
+	pthread_mutex_unlock(&meta.lock);
+	pthread_join(meta.thread, NULL);
+	unpublish();
+	meta.nep = 0;
+}
+
+void
+kvt_meta_regions_changed(void)
+{
+	if (meta.nep == 0)
+		return;
+	pthread_mutex_lock(&meta.lock);
+	meta.dirty = 1;
+	pthread_cond_signal(&meta.cond);
+	pthread_mutex_unlock(&meta.lock);
+}
+
+int
+kvt_meta_resolve(const char *name, char *addr, size_t len)
+{
+	char key[256], *k, val[8192];
+	json_t *req, *res, *kvs, *d = NULL, *a;
+	const char *v;
+	int err;
+
+	if (meta.nep == 0)
+		return -EINVAL;
+	snprintf(key, sizeof(key), "%s/%s/engines/%s", META_PREFIX,
+		 kvt_eng->o.cluster, name);
+	k = b64_encode(key, strlen(key));
+	if (k == NULL)
+		return -ENOMEM;
+	req = json_pack("{s:s}", "key", k);
+	free(k);
+	res = post("/v3/kv/range", req, &err);
+	json_decref(req);
+	if (res == NULL) {
+		KVT_LOG(ERR, "peer %s: cannot ask etcd: %s", name, strerror(-err));
+		return err;
+	}
+	kvs = json_object_get(res, "kvs");
+	if (!json_is_array(kvs) || json_array_size(kvs) == 0) {
+		json_decref(res);
+		KVT_LOG(ERR, "peer %s: not published in cluster %s", name,
+			kvt_eng->o.cluster);
+		return -ENOENT;
+	}
+	v = json_string_value(json_object_get(json_array_get(kvs, 0), "value"));
+	err = -EPROTO;
+	if (v != NULL && b64_decode(v, val, sizeof(val)) > 0)
+		d = json_loads(val, 0, NULL);
+	a = json_object_get(d, "addr");
+	if (json_is_string(a) && strlen(json_string_value(a)) < len) {
+		struct sockaddr_in sa;
+
+		if (kvt_parse_addr(json_string_value(a), &sa) == 0) {
+			snprintf(addr, len, "%s", json_string_value(a));
+			err = 0;
+		}
+	}
+	if (err < 0)
+		KVT_LOG(ERR, "peer %s: its etcd descriptor is malformed", name);
+	json_decref(d);
+	json_decref(res);
+	return err;
+}

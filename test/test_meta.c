@@ -1,0 +1,262 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * Cluster metadata in a real etcd: engines find each other by name, a
+ * live name cannot be taken, a killed engine disappears with its lease,
+ * clusters are kept apart, an etcd outage leaves open peers working, and
+ * malformed descriptors are refused.
+ *
+ * The shared etcd of .ci/run is used when KVT_ETCD names it; the outage
+ * test runs a private one it can stop.  Without the etcd binary the tests
+ * skip.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <sys/wait.h>
+
+#include <criterion/criterion.h>
+#include <rte_errno.h>
+
+#include "kvt.h"
+#include "test_common.h"
+
+static char etcd[64];		/* host:port */
+static int private_port;	/* > 0: ours to stop */
+
+static int
+run(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+static int
+run(const char *fmt, ...)
+{
+	char cmd[PATH_MAX + 512];
+	va_list ap;
+	int st;
+
+	va_start(ap, fmt);
+	vsnprintf(cmd, sizeof(cmd), fmt, ap);
+	va_end(ap);
+	st = system(cmd);
+	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static const char *
+srcdir(void)
+{
+	const char *s = getenv("KVT_SRCDIR");
+
+	return s != NULL ? s : "..";
+}
+
+static void
+etcd_private(void)
+{
+	private_port = 24000 + (int)(getpid() % 2000) * 2;
+	if (run("command -v etcd >/dev/null") != 0)
+		cr_skip_test("no etcd binary (Debian etcd-server)");
+	cr_assert_eq(run("%s/scripts/etcd-local start %d >/dev/null", srcdir(),
+			 private_port), 0, "private etcd did not start");
+	snprintf(etcd, sizeof(etcd), "127.0.0.1:%d", private_port);
+}
+
+static void
+etcd_stop(void)
+{
+	if (private_port > 0)
+		run("%s/scripts/etcd-local stop %d >/dev/null 2>&1", srcdir(),
+		    private_port);
+}
+
+/* The shared etcd when there is one, else a private one. */
+static void
+etcd_any(void)
+{
+	const char *e = getenv("KVT_ETCD");
+
+	if (e != NULL && *e != '\0') {
+		snprintf(etcd, sizeof(etcd), "%s", e);
+		return;
+	}
+	etcd_private();
+}
+
+/* kvt options for an engine named name in cluster c. */
+static const char *
+opts(char *buf, size_t len, const char *name, const char *c)
+{
+	snprintf(buf, len,
+		 "--kvt-pmd shm --kvt-timeout 500 --kvt-meta etcd://%s --kvt-cluster %s-%d --kvt-name %s",
+		 etcd, c, (int)getpid(), name);
+	return buf;
+}
+
+static int
+xfer_ok(struct kvt_peer *p, void *local, uint64_t remote, uint64_t len)
+{
+	struct kvt_xfer x = { .op = KVT_OP_WRITE, .local = local,
+			      .remote = remote, .len = len };
+	struct kvt_batch *b = kvt_batch_alloc(1);
+	int ret = kvt_submit(b, p, &x, 1, NULL);
+
+	if (ret >= 0) {
+		cr_assert_eq(kvt_wait(b, 10000000), 0);
+		ret = kvt_status(b, 0);
+	}
+	kvt_batch_free(b);
+	return ret;
+}
+
+static uint64_t
+peer_alloc(struct tc_peer *t, uint64_t len)
+{
+	char buf[64];
+
+	cr_assert_eq(tc_peer_cmd(t, buf, sizeof(buf), "alloc 0 %" PRIu64 " w", len),
+		     0, "%s", buf);
+	return strtoull(buf, NULL, 0);
+}
+
+Test(meta, publish_resolve_and_disappear, .timeout = 120, .fini = etcd_stop)
+{
+	static uint8_t src[65536];
+	char o[512], o2[512];
+	struct tc_peer b;
+	struct kvt_peer *p;
+	uint64_t base, t0;
+
+	etcd_any();
+	cr_assert_geq(tc_engine_init(opts(o, sizeof(o), "a", "c1")), 0);
+	cr_assert_eq(tc_peer_start(&b, opts(o2, sizeof(o2), "b", "c1")), 0);
+	cr_assert_not_null(kvt_mem_register(src, sizeof(src), NULL, 0));
+	base = peer_alloc(&b, sizeof(src));
+	p = kvt_peer_open("b", 5000);
+	cr_assert_not_null(p, "open by name: %s", rte_strerror(rte_errno));
+	tc_fill(src, sizeof(src), 1);
+	cr_assert_eq(xfer_ok(p, src, base, sizeof(src)), 0);
+	/* Unknown names: ENOENT. */
+	cr_assert_null(kvt_peer_open("nobody", 5000));
+	cr_assert_eq(rte_errno, ENOENT);
+	/* Killed: its requests fail, and its name goes with its lease. */
+	kill(b.pid, SIGKILL);
+	t0 = tc_now_us();
+	while (kvt_peer_state(p) == 0 && tc_now_us() - t0 < 5000000)
+		usleep(10000);
+	cr_assert_eq(kvt_peer_state(p), -ECONNRESET);
+	cr_assert_eq(xfer_ok(p, src, base, sizeof(src)), -ECONNRESET);
+	kvt_peer_close(p);
+	t0 = tc_now_us();
+	for (;;) {
+		/* Until the lease expires the name resolves to a dead
+		 * address: ECONNREFUSED; then ENOENT. */
+		p = kvt_peer_open("b", 1000);
+		if (p == NULL && rte_errno == ENOENT)
+			break;
+		if (p != NULL)
+			kvt_peer_close(p);
+		if (tc_now_us() - t0 > 10000000)
+			break;
+		usleep(200000);
+	}
+	cr_log_info("the killed engine's name was gone %.1f s after the kill",
+		    (double)(tc_now_us() - t0) / 1e6);
+	cr_assert_null(p);
+	cr_assert_eq(rte_errno, ENOENT, "still published after the lease TTL");
+	tc_peer_kill(&b);
+	kvt_fini();
+}
+
+Test(meta, duplicate_name_refused, .timeout = 60, .fini = etcd_stop)
+{
+	char o[512];
+	struct tc_peer b;
+
+	etcd_any();
+	cr_assert_eq(tc_peer_start(&b, opts(o, sizeof(o), "same", "c2")), 0);
+	cr_assert_eq(tc_engine_init(opts(o, sizeof(o), "same", "c2")), -EEXIST);
+	/* Another cluster may use the name... */
+	cr_assert_geq(tc_engine_init(opts(o, sizeof(o), "same", "c3")), 0);
+	/* ...and in it the name means this engine, not the one in c2:
+	 * a region only we export tells them apart. */
+	{
+		static uint8_t mark[12345];
+		struct kvt_region r[4];
+		struct kvt_peer *p;
+
+		cr_assert_not_null(kvt_mem_register(mark, sizeof(mark), NULL,
+						    KVT_MEM_REMOTE_READ));
+		p = kvt_peer_open("same", 2000);
+		cr_assert_not_null(p);
+		cr_assert_eq(kvt_peer_regions(p, r, 4), 1, "saw the other cluster's engine");
+		cr_assert_eq(r[0].len, sizeof(mark));
+		kvt_peer_close(p);
+	}
+	cr_assert_eq(kvt_fini(), 0);
+	tc_peer_stop(&b);
+}
+
+Test(meta, malformed_descriptor_refused, .timeout = 60, .fini = etcd_stop)
+{
+	char o[512];
+
+	etcd_any();
+	cr_assert_geq(tc_engine_init(opts(o, sizeof(o), "m", "c4")), 0);
+	cr_assert_eq(run("ETCDCTL_API=3 etcdctl --endpoints=%s put /kvt/c4-%d/engines/bad 'not json' >/dev/null",
+			 etcd, (int)getpid()), 0);
+	cr_assert_eq(run("ETCDCTL_API=3 etcdctl --endpoints=%s put /kvt/c4-%d/engines/bad2 '{\"addr\": 5}' >/dev/null",
+			 etcd, (int)getpid()), 0);
+	cr_assert_eq(run("ETCDCTL_API=3 etcdctl --endpoints=%s put /kvt/c4-%d/engines/bad3 '{\"addr\": \"nohost\"}' >/dev/null",
+			 etcd, (int)getpid()), 0);
+	cr_assert_null(kvt_peer_open("bad", 2000));
+	cr_assert_eq(rte_errno, EPROTO);
+	cr_assert_null(kvt_peer_open("bad2", 2000));
+	cr_assert_eq(rte_errno, EPROTO);
+	cr_assert_null(kvt_peer_open("bad3", 2000));
+	cr_assert_eq(rte_errno, EPROTO);
+	kvt_fini();
+}
+
+Test(meta, etcd_outage, .timeout = 120, .fini = etcd_stop)
+{
+	static uint8_t src[65536];
+	char o[512], o2[512];
+	struct tc_peer b;
+	struct kvt_peer *p;
+	uint64_t base;
+
+	etcd_private();
+	cr_assert_geq(tc_engine_init(opts(o, sizeof(o), "a", "c5")), 0);
+	cr_assert_eq(tc_peer_start(&b, opts(o2, sizeof(o2), "b", "c5")), 0);
+	cr_assert_not_null(kvt_mem_register(src, sizeof(src), NULL, 0));
+	base = peer_alloc(&b, sizeof(src));
+	p = kvt_peer_open("b", 5000);
+	cr_assert_not_null(p);
+	etcd_stop();
+	private_port = 0;
+	/* Open peers keep transferring through the outage. */
+	tc_fill(src, sizeof(src), 2);
+	cr_assert_eq(xfer_ok(p, src, base, sizeof(src)), 0);
+	usleep(1500000);
+	cr_assert_eq(xfer_ok(p, src, base, sizeof(src)), 0);
+	cr_assert_eq(kvt_peer_state(p), 0);
+	/* New lookups fail, and say so. */
+	cr_assert_null(kvt_peer_open("b2", 2000));
+	cr_assert_eq(rte_errno, EHOSTUNREACH);
+	kvt_peer_close(p);
+	tc_peer_stop(&b);
+	kvt_fini();
+}
+
+Test(meta, unreachable_etcd_at_init, .timeout = 60)
+{
+	char o[256];
+
+	snprintf(o, sizeof(o), "--kvt-pmd shm --kvt-meta etcd://127.0.0.1:9 --kvt-name x");
+	cr_assert_eq(tc_engine_init(o), -EHOSTUNREACH);
+	cr_assert_null(kvt_name());
+}
