@@ -64,6 +64,14 @@ struct kvt_lmem {
 	uint64_t fd_off;	/**< offset of addr inside fd */
 	uint64_t fd_ino;	/**< inode of fd, so importers can check it */
 	uint32_t port_mask;	/**< ports that registered it */
+	/**
+	 * Topology, set by mem_register: ports that should carry this
+	 * memory's bytes, and ports to use when none of those reaches a
+	 * peer.  A port in neither carries it only when nothing else can.
+	 * Ports of transports without a topology set neither.
+	 */
+	uint32_t pref_mask;
+	uint32_t fallback_mask;
 	void *key[KVT_MAX_PORTS];	/**< per-port registration */
 };
 
@@ -106,7 +114,29 @@ struct kvt_conn {
 	uint32_t dead;
 	/** Accepting side: the inbox notifications of this peer go to. */
 	struct kvt_inbox *inbox;
+	/** Set by the PMD (kvt_conn_set_down()) while the link cannot carry
+	 *  slices; the engine sends new slices elsewhere. */
+	uint32_t down;
+	void *owner;		/**< engine-private: its peer or session */
+	uint8_t accepted;	/**< engine-private: the peer opened us */
 };
+
+/**
+ * Mark a connection unusable (down = 1) or usable again (control path or
+ * lcore).  New slices avoid a down connection while another one reaches
+ * the peer; the ones already queued to it are the PMD's to fail or finish.
+ */
+void kvt_conn_set_down(struct kvt_conn *c, int down);
+
+/**
+ * Send msg to the PMD at the other end of c, which receives it in its
+ * conn_msg callback.  Control thread only (conn_msg, ctl_tick); delivery
+ * is best effort, so a PMD's exchange needs its own timeout.
+ *
+ * @return 0, -EMSGSIZE (over 64 KiB), -ENOTCONN (the control connection
+ *   is gone), -ENOMEM.
+ */
+int kvt_conn_msg(struct kvt_conn *c, const void *msg, size_t len);
 
 /** One endpoint the other engine announced for a PMD. */
 struct kvt_endpoint {
@@ -280,6 +310,23 @@ struct kvt_pmd_ops {
 	 *  kvt_fence_wait_stream()); word is host or device memory. */
 	int (*stream_wait)(const uint64_t *word, uint64_t room,
 			   uint64_t timeout_ns, uint32_t *status, void *stream);
+	/** PCI address of CUDA device dev (PMDs that own CUDA memory). */
+	int (*dev_pci)(int dev, char *pci, size_t len);
+	/** Number of CUDA devices. */
+	int (*dev_count)(void);
+	/** A dma-buf fd for device memory it owns (kvt_mem_dmabuf()). */
+	int (*mem_dmabuf)(const void *addr, size_t len, int *fd,
+			  uint64_t *off);
+
+	/**
+	 * Control thread: a message the PMD at the other end of c sent with
+	 * kvt_conn_msg().  A non-empty reply goes back to it the same way.
+	 */
+	int (*conn_msg)(struct kvt_conn *c, const uint8_t *msg, size_t len,
+			struct kvt_buf *reply);
+	/** Control thread, every few milliseconds: upkeep such as re-probing
+	 *  a failed link. */
+	void (*ctl_tick)(struct kvt_port *port, uint64_t now_us);
 };
 
 /** A registered transport. */
@@ -387,6 +434,108 @@ void kvt_target_end(unsigned int token);
  * when perm is KVT_MEM_F_FENCE; NULL otherwise.
  */
 uint8_t *kvt_target_range(uint64_t addr, uint64_t len, uint32_t perm);
+
+/*
+ * Topology: RDMA NICs, GPUs and NUMA nodes read from sysfs, and for each
+ * memory location the NICs that should carry its bytes.  A location's
+ * preferred NICs share its NUMA node (cpu:N) or sit nearest its PCI switch
+ * (cuda:N); the others are its fallback.  --kvt-nic filters the NICs and
+ * --kvt-topo overrides the matrix.
+ */
+#define KVT_TOPO_MAX_NICS KVT_MAX_PORTS
+#define KVT_TOPO_MAX_GPUS 32
+#define KVT_TOPO_MAX_NODES 16
+
+enum kvt_link {
+	KVT_LINK_UNKNOWN = 0,
+	KVT_LINK_IB = 1,
+	KVT_LINK_ETH = 2,	/**< RoCE */
+};
+
+struct kvt_topo_nic {
+	char name[32];		/**< verbs device name (mlx5_0) */
+	char pci[16];		/**< PCI address, "" when unknown */
+	char path[256];		/**< sysfs device path below the root */
+	int numa;		/**< -1 unknown */
+	uint8_t port;		/**< verbs port number (1-based) */
+	uint8_t active;		/**< port state ACTIVE */
+	uint8_t link;		/**< enum kvt_link */
+	int gid_index;		/**< RoCE v2 GID to use; -1: none found */
+	uint32_t rate_mbps;	/**< link rate; 0 unknown */
+};
+
+struct kvt_topo_gpu {
+	char pci[16];
+	char path[256];
+	int numa;
+};
+
+/** NICs for one memory location, as bit masks over kvt_topo.nic[]. */
+struct kvt_topo_pref {
+	uint32_t preferred;
+	uint32_t fallback;
+};
+
+struct kvt_topo {
+	unsigned int nnics;
+	unsigned int ngpus;
+	unsigned int nnodes;
+	struct kvt_topo_nic nic[KVT_TOPO_MAX_NICS];
+	struct kvt_topo_gpu gpu[KVT_TOPO_MAX_GPUS];	/**< PCI order */
+	struct kvt_topo_pref cpu[KVT_TOPO_MAX_NODES];
+	/** Indexed by this process's CUDA device number. */
+	struct kvt_topo_pref cuda[KVT_TOPO_MAX_GPUS];
+	unsigned int ncuda;
+	/** cuda:N is gpu[cuda_gpu[N]]. */
+	int cuda_gpu[KVT_TOPO_MAX_GPUS];
+};
+
+/**
+ * Discover the topology.
+ *
+ * @param root  directory holding sys/ ("/" for this machine; tests pass a
+ *   fabricated tree).
+ * @param allow  comma-separated NIC names (--kvt-nic); names that are not
+ *   RDMA NICs are ignored here.  NULL: every NIC.
+ * @param extra  comma-separated NIC names known to verbs but absent from
+ *   sysfs (added with unknown locality), or NULL.
+ * @param cuda_pci  PCI address of each CUDA device of this process (it
+ *   may see a subset of the GPUs, renumbered), ncuda entries; NULL: the
+ *   GPUs in PCI order.
+ * @param json  --kvt-topo file, or NULL.
+ * @param err  a one-line reason on failure.
+ * @return 0; -EINVAL (malformed override, a NIC it names is unknown or not
+ *   allowed); -ENOENT (the override file cannot be read).
+ */
+int kvt_topo_discover(struct kvt_topo *t, const char *root, const char *allow,
+		      const char *extra, const char *const *cuda_pci,
+		      unsigned int ncuda, const char *json, char *err,
+		      size_t errlen);
+
+/** The NICs for loc; @return 0, or -ENOENT for a location it does not know. */
+int kvt_topo_lookup(const struct kvt_topo *t, const struct kvt_loc *loc,
+		    struct kvt_topo_pref *out);
+
+/** Index of the NIC named name, or -1. */
+int kvt_topo_nic_index(const struct kvt_topo *t, const char *name);
+
+/**
+ * The PCI address ("0000:3b:00.0") of CUDA device dev, from a PMD that owns
+ * CUDA memory.  @return 0, or -ENODEV.
+ */
+int kvt_cuda_pci(int dev, char *pci, size_t len);
+/** Number of CUDA devices this process sees (0 without CUDA). */
+int kvt_cuda_count(void);
+
+/**
+ * A dma-buf fd for device memory [addr, addr + len) (for NICs that read
+ * and write GPU memory directly).  The caller closes *fd.
+ *
+ * @return 0 with *fd and *off (addr's offset inside the dma-buf);
+ *   -ENOTSUP (no PMD owns that memory, or the driver has no dma-buf
+ *   export), -errno.
+ */
+int kvt_mem_dmabuf(const void *addr, size_t len, int *fd, uint64_t *off);
 
 /** How a same-host peer reaches a memfd-backed region. */
 struct kvt_memfd_key {

@@ -56,6 +56,7 @@ struct kvt_req {
 	struct kvt_mem *m;
 	struct kvt_rimp *ri;
 	uint32_t mask;		/* ports that may carry it */
+	uint32_t fallback;	/* ports for when those are down */
 };
 
 struct kvt_sub {
@@ -161,7 +162,24 @@ live_conns(const struct kvt_peer *p)
 		if (p->conn[i] != NULL &&
 		    !__atomic_load_n(&p->conn[i]->dead, __ATOMIC_ACQUIRE))
 			m |= 1u << i;
-	return m;
+	return m & ~__atomic_load_n(&p->down_mask, __ATOMIC_ACQUIRE);
+}
+
+/* The ports a request's next slice may take: its preferred ones that are
+ * up, else its fallback ones that are up, else (all down) the preferred
+ * ones, where the slice fails and is retried or reported. */
+static inline uint32_t
+usable_ports(const struct kvt_req *r, const struct kvt_peer *p)
+{
+	uint32_t down = __atomic_load_n(&p->down_mask, __ATOMIC_ACQUIRE);
+
+	if (likely((r->mask & down) == 0))
+		return r->mask;
+	if ((r->mask & ~down) != 0)
+		return r->mask & ~down;
+	if ((r->fallback & ~down) != 0)
+		return r->fallback & ~down;
+	return r->mask;
 }
 
 static void tail_done(struct kvt_desc *d, int err);
@@ -277,6 +295,8 @@ slice_retry(struct kvt_desc *d, struct kvt_req *r, struct kvt_sub *s)
 	    __atomic_load_n(&s->peer->state, __ATOMIC_ACQUIRE) != KVT_PEER_UP)
 		return 0;
 	alt = r->mask & ~(1u << d->port) & live_conns(s->peer);
+	if (alt == 0)
+		alt = r->fallback & ~(1u << d->port) & live_conns(s->peer);
 	if (alt == 0)
 		return 0;
 	to = kvt_stripe_pick(alt, d->len, s->b->seq + tries);
@@ -428,7 +448,8 @@ fill_slice(struct kvt_batch *b, struct kvt_sub *s, struct kvt_desc *d)
 		/* One port, no choice: in-flight bytes are added per burst. */
 		d->port = s->port;
 	} else {
-		d->port = (uint16_t)kvt_stripe_pick(r->mask, len, b->seq++);
+		d->port = (uint16_t)kvt_stripe_pick(usable_ports(r, s->peer),
+						    len, b->seq++);
 	}
 	d->len = len;
 	d->conn = s->peer->conn[d->port];
@@ -603,7 +624,27 @@ struct lookup {
 	struct kvt_mem *m;
 	struct kvt_rimp *ri;
 	uint32_t mask;
+	uint32_t fallback;
 };
+
+/*
+ * Split the ports that reach a request into preferred and fallback ones by
+ * the local memory's topology (RDMA NICs near its NUMA node or GPU).
+ */
+static void
+topo_masks(const struct kvt_lmem *lm, uint32_t base, uint32_t *mask,
+	   uint32_t *fallback)
+{
+	uint32_t pref = base & lm->pref_mask, fb = base & lm->fallback_mask;
+
+	*fallback = 0;
+	if (pref != 0) {
+		*mask = pref;
+		*fallback = fb;
+	} else {
+		*mask = fb != 0 ? fb : base;
+	}
+}
 
 static inline int
 inside(uintptr_t a, uint64_t len, uintptr_t base, uint64_t blen)
@@ -630,6 +671,7 @@ check_xfer(struct kvt_sub *s, struct kvt_peer *p, const struct kvt_xfer *x,
 		r->m = lk->m;
 		r->ri = lk->ri;
 		r->mask = lk->mask;
+		r->fallback = lk->fallback;
 		goto fill;
 	}
 	r->m = kvt_mem_find(x->local, x->len);
@@ -645,14 +687,16 @@ check_xfer(struct kvt_sub *s, struct kvt_peer *p, const struct kvt_xfer *x,
 		return KVT_REFUSE(EPERM, "submit: xfer %u: peer %s region %#" PRIx64 "+%" PRIu64 " is not exported for %s",
 				  i, p->info.name, r->ri->rm.base, r->ri->rm.len,
 				  x->op == KVT_OP_WRITE ? "write" : "read");
-	r->mask = best_ports(r->m->lm.port_mask & r->ri->rm.port_mask &
-			     p->conn_mask);
+	topo_masks(&r->m->lm, best_ports(r->m->lm.port_mask &
+					 r->ri->rm.port_mask & p->conn_mask),
+		   &r->mask, &r->fallback);
 	if (r->mask == 0)
 		return KVT_REFUSE(EHOSTUNREACH, "submit: xfer %u: no port reaches peer %s for this memory",
 				  i, p->info.name);
 	lk->m = r->m;
 	lk->ri = r->ri;
 	lk->mask = r->mask;
+	lk->fallback = r->fallback;
 fill:
 	r->x.op = x->op;
 	s->slices_left += x->len <= kvt_eng->o.slice ? 1 :
@@ -905,7 +949,7 @@ kvt_submit(struct kvt_batch *b, struct kvt_peer *p, const struct kvt_xfer *xf,
 {
 	static const struct kvt_submit_opts none;
 	const struct kvt_submit_opts *o = opts != NULL ? opts : &none;
-	struct lookup lk = { NULL, NULL, 0 };
+	struct lookup lk = { NULL, NULL, 0, 0 };
 	struct kvt_sub *s;
 	unsigned int i, tok;
 	int ret;

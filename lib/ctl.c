@@ -248,7 +248,7 @@ out:
 }
 
 static int
-conn_req_fields(const uint8_t *p, size_t len, uint64_t *port,
+conn_req_fields(const uint8_t *p, size_t len, uint64_t *port, uint64_t *from,
 		const uint8_t **blob, uint32_t *blen)
 {
 	struct kvt_tlv t = { p, len };
@@ -260,6 +260,9 @@ conn_req_fields(const uint8_t *p, size_t len, uint64_t *port,
 	while ((r = kvt_tlv_next(&t, &tag, &v, &l)) > 0) {
 		if (tag == KVT_T_PORT_ID && kvt_tlv_u64(v, l, port) == 0) {
 			have |= 1;
+		} else if (tag == KVT_T_FROM_PORT && from != NULL) {
+			if (kvt_tlv_u64(v, l, from) < 0 || *from >= KVT_MAX_PORTS)
+				return -EPROTO;
 		} else if (tag == KVT_T_BLOB) {
 			*blob = v;
 			*blen = l;
@@ -276,11 +279,11 @@ sess_conn_req(struct kvt_session *s, const uint8_t *p, size_t len)
 	const uint8_t *blob = NULL;
 	struct kvt_conn *c = NULL;
 	struct kvt_port *port;
-	uint64_t pid = 0;
+	uint64_t pid = 0, from = UINT16_MAX;
 	uint32_t blen = 0;
 	int ret;
 
-	ret = conn_req_fields(p, len, &pid, &blob, &blen);
+	ret = conn_req_fields(p, len, &pid, &from, &blob, &blen);
 	if (ret < 0)
 		return ret;
 	port = kvt_port_get((unsigned int)RTE_MIN(pid, (uint64_t)UINT32_MAX));
@@ -294,6 +297,9 @@ sess_conn_req(struct kvt_session *s, const uint8_t *p, size_t len)
 	if (ret == 0) {
 		c->port = port;
 		c->info = s->info;
+		c->owner = s;
+		c->accepted = 1;
+		c->remote_port = (uint16_t)from;
 		s->conn[port->id] = c;
 	}
 	kvt_wire_begin(&b, KVT_W_CONN_REP);
@@ -327,6 +333,8 @@ sess_frame(struct kvt_session *s, uint16_t type, const uint8_t *p, size_t len)
 		return ret;
 	case KVT_W_BYE:
 		return -ECONNRESET;
+	case KVT_W_PORT_MSG:
+		return kvt_ctl_port_msg(s->conn, p, len);
 	default:
 		return -EPROTO;
 	}
@@ -484,6 +492,72 @@ kvt_ctl_region_event(const struct kvt_mem *m, int added)
 	kvt_buf_free(&b);
 }
 
+/* ---- messages between the two ends of a connection ---- */
+
+int
+kvt_ctl_sess_send(struct kvt_session *s, const struct kvt_buf *frame)
+{
+	int ret = sess_queue(s, frame);
+
+	return ret < 0 ? ret : sess_flush(s);
+}
+
+int
+kvt_conn_msg(struct kvt_conn *c, const void *msg, size_t len)
+{
+	struct kvt_peer *p = c->owner;
+	struct kvt_buf b = { 0 };
+	int ret;
+
+	if (len > (64u << 10))
+		return -EMSGSIZE;
+	if (c->remote_port >= KVT_MAX_PORTS ||
+	    __atomic_load_n(&c->dead, __ATOMIC_ACQUIRE))
+		return -ENOTCONN;
+	ret = kvt_wire_begin(&b, KVT_W_PORT_MSG);
+	ret |= kvt_wire_put_u64(&b, KVT_T_PORT_ID, c->remote_port);
+	ret |= kvt_wire_put(&b, KVT_T_BLOB, msg, (uint32_t)len);
+	ret |= kvt_wire_end(&b);
+	if (ret != 0)
+		ret = -ENOMEM;
+	else if (c->accepted)
+		ret = kvt_ctl_sess_send(c->owner, &b);
+	else if (p->fd < 0 ||
+		 send(p->fd, b.data, b.len, MSG_NOSIGNAL | MSG_DONTWAIT) !=
+		 (ssize_t)b.len)
+		ret = -ENOTCONN;
+	kvt_buf_free(&b);
+	return ret;
+}
+
+/* A PORT_MSG for one of conns: hand it to the PMD, send its reply back. */
+int
+kvt_ctl_port_msg(struct kvt_conn **conns, const uint8_t *p, size_t len)
+{
+	struct kvt_buf reply = { 0 };
+	const uint8_t *blob = NULL;
+	struct kvt_conn *c;
+	uint64_t port = 0;
+	uint32_t blen = 0;
+	int ret;
+
+	ret = conn_req_fields(p, len, &port, NULL, &blob, &blen);
+	if (ret < 0)
+		return ret;
+	c = port < KVT_MAX_PORTS ? conns[port] : NULL;
+	/* A message for a connection closed meanwhile is dropped. */
+	if (c == NULL || c->port->pmd->ops->conn_msg == NULL)
+		return 0;
+	ret = c->port->pmd->ops->conn_msg(c, blob, blen, &reply);
+	if (ret == 0 && reply.len > 0)
+		ret = kvt_conn_msg(c, reply.data, reply.len);
+	if (ret < 0)
+		KVT_LOG(DEBUG, "port %s: message from %s: %s", c->port->name,
+			c->info.name, strerror(-ret));
+	kvt_buf_free(&reply);
+	return 0;
+}
+
 /* ---- peers we opened ---- */
 
 static int
@@ -521,6 +595,10 @@ peer_read(struct kvt_peer *p)
 			ret = kvt_peer_region_update(p, type == KVT_W_REGION_ADD,
 						     p->rx.data + off + KVT_WIRE_HDR,
 						     (size_t)len);
+			break;
+		case KVT_W_PORT_MSG:
+			ret = kvt_ctl_port_msg(p->conn, p->rx.data + off +
+					       KVT_WIRE_HDR, (size_t)len);
 			break;
 		default:
 			ret = -EPROTO;
@@ -572,8 +650,10 @@ static void
 ctl_tick(uint64_t now)
 {
 	struct kvt_session *s, *next;
+	struct kvt_port *port;
 	struct kvt_peer *p;
 	uint64_t dead_us = (uint64_t)kvt_eng->o.timeout_ms * 1000;
+	unsigned int i;
 
 	for (p = kvt_eng->peers; p != NULL; p = p->next) {
 		if (__atomic_load_n(&p->state, __ATOMIC_ACQUIRE) != KVT_PEER_UP)
@@ -587,6 +667,11 @@ ctl_tick(uint64_t now)
 	}
 	kvt_batches_reap_zombies();
 	kvt_inbox_reap_retired(0);
+	for (i = 0; i < kvt_port_count(); i++) {
+		port = kvt_port_get(i);
+		if (port->pmd->ops->ctl_tick != NULL)
+			port->pmd->ops->ctl_tick(port, now);
+	}
 	for (s = kvt_eng->sessions; s != NULL; s = next) {
 		next = s->next;
 		if ((!s->authed && now - s->opened_us > KVT_HANDSHAKE_US) ||

@@ -186,6 +186,7 @@ enum kvt_wire_type {
 	KVT_W_REGION_ADD,
 	KVT_W_REGION_DEL,
 	KVT_W_BYE,
+	KVT_W_PORT_MSG,		/* PORT_ID (the receiver's), BLOB */
 	KVT_W_TYPE_MAX,
 };
 
@@ -209,6 +210,7 @@ enum kvt_wire_tag {
 	KVT_T_REASON,
 	KVT_T_SEQ,
 	KVT_T_FENCE_SLOTS,
+	KVT_T_FROM_PORT,	/* CONN_REQ: the initiator's port */
 	KVT_T_TAG_MAX,
 };
 
@@ -334,6 +336,7 @@ struct kvt_peer {
 	uint64_t last_ping_us;
 	struct kvt_conn *conn[KVT_MAX_PORTS];
 	uint32_t conn_mask;
+	uint32_t down_mask;	/* conns a PMD marked down, atomic */
 	struct kvt_rtable *rt;	/* RCU-protected */
 	struct kvt_rimp *retired;	/* released when the peer closes */
 	struct kvt_buf rx;	/* control thread's receive buffer */
@@ -361,6 +364,10 @@ void kvt_ctl_stop(void);
 int kvt_ctl_adopt_peer(struct kvt_peer *p);
 /* Stop watching a peer's control connection (under ctl_lock). */
 void kvt_ctl_forget_peer(struct kvt_peer *p);
+/* A PORT_MSG arrived for local port `port` of owner's connections. */
+int kvt_ctl_port_msg(struct kvt_conn **conns, const uint8_t *p, size_t len);
+/* Queue a frame on an inbound session (control thread). */
+int kvt_ctl_sess_send(struct kvt_session *s, const struct kvt_buf *frame);
 /* Tell inbound sessions a region appeared or vanished. */
 void kvt_ctl_region_event(const struct kvt_mem *m, int added);
 /* Mark a peer lost: its connections are failed (control path). */

@@ -41,6 +41,21 @@ kvt_conn_set_dead(struct kvt_conn *c)
 }
 
 void
+kvt_conn_set_down(struct kvt_conn *c, int down)
+{
+	struct kvt_peer *p = c->accepted ? NULL : c->owner;
+	uint32_t bit = 1u << c->port->id;
+
+	__atomic_store_n(&c->down, down ? 1u : 0u, __ATOMIC_RELEASE);
+	if (p == NULL)
+		return;
+	if (down)
+		__atomic_fetch_or(&p->down_mask, bit, __ATOMIC_RELEASE);
+	else
+		__atomic_fetch_and(&p->down_mask, ~bit, __ATOMIC_RELEASE);
+}
+
+void
 kvt_peer_lost(struct kvt_peer *p, int err)
 {
 	uint32_t up = KVT_PEER_UP;
@@ -348,8 +363,11 @@ connect_port(struct kvt_peer *p, struct kvt_port *port,
 		goto out;
 	c->port = port;
 	c->info = p->info;
+	c->owner = p;
+	c->accepted = 0;
 	ret = kvt_wire_begin(b, KVT_W_CONN_REQ);
 	ret |= kvt_wire_put_u64(b, KVT_T_PORT_ID, c->remote_port);
+	ret |= kvt_wire_put_u64(b, KVT_T_FROM_PORT, port->id);
 	ret |= kvt_wire_put(b, KVT_T_BLOB, req.data, (uint32_t)req.len);
 	ret |= kvt_wire_end(b);
 	ret = ret != 0 ? -ENOMEM : kvt_wire_send(p->fd, b, deadline);

@@ -104,6 +104,40 @@ probed(const struct kvt_pmd *pmd)
 	return 0;
 }
 
+/* Does a port carry interface or NIC `name` ("tcp:eth0", "rdma:mlx5_0.2")? */
+static int
+port_is_nic(const struct kvt_port *p, const char *name, size_t len)
+{
+	const char *n = strchr(p->name, ':');
+
+	n = n != NULL ? n + 1 : p->name;
+	return strncmp(n, name, len) == 0 && (n[len] == '\0' || n[len] == '.');
+}
+
+/* Every name of --kvt-nic must have become a port: a typo, or a NIC that
+ * is down, would otherwise quietly leave traffic on the others. */
+static int
+nic_list_check(const char *list)
+{
+	const char *p = list;
+	unsigned int i;
+	size_t len;
+
+	while (p != NULL && *p != '\0') {
+		len = strcspn(p, ",");
+		for (i = 0; i < kvt_eng->nports; i++)
+			if (port_is_nic(kvt_eng->ports[i], p, len))
+				break;
+		if (len > 0 && i == kvt_eng->nports) {
+			KVT_LOG(ERR, "--kvt-nic %.*s: no such interface or RDMA NIC, or it is down, or its transport is not enabled",
+				(int)len, p);
+			return -ENODEV;
+		}
+		p += len + (p[len] == ',');
+	}
+	return 0;
+}
+
 int
 kvt_ports_probe(void)
 {
@@ -118,8 +152,10 @@ kvt_ports_probe(void)
 			if (pmd->ops->flags & KVT_PMD_F_EXPLICIT)
 				continue;
 			/* Without an explicit list a failing transport is
-			 * skipped, not fatal: the others still run. */
-			probe_one(pmd, "");
+			 * skipped, not fatal: the others still run.  Bad
+			 * configuration (a topology file) still is. */
+			if (probe_one(pmd, "") == -EINVAL)
+				return -EINVAL;
 		}
 	} else {
 		for (i = 0; i < o->n_pmd_args; i++) {
@@ -143,7 +179,7 @@ kvt_ports_probe(void)
 		KVT_LOG(ERR, "no transport created a port");
 		return -ENODEV;
 	}
-	return 0;
+	return nic_list_check(o->nic);
 }
 
 /*
@@ -312,4 +348,47 @@ kvt_host_unregister(void *addr)
 	for (p = kvt_pmds; p != NULL; p = p->next)
 		if (p->ops->host_unregister != NULL)
 			p->ops->host_unregister(addr);
+}
+
+/*
+ * CUDA facts for other transports (a NIC registering GPU memory, the
+ * topology): asked of whichever PMD links CUDA, probed or not.
+ */
+int
+kvt_cuda_count(void)
+{
+	const struct kvt_pmd *p;
+	int n;
+
+	for (p = kvt_pmds; p != NULL; p = p->next)
+		if (p->ops->dev_count != NULL && (n = p->ops->dev_count()) > 0)
+			return n;
+	return 0;
+}
+
+int
+kvt_cuda_pci(int dev, char *pci, size_t len)
+{
+	const struct kvt_pmd *p;
+
+	for (p = kvt_pmds; p != NULL; p = p->next)
+		if (p->ops->dev_pci != NULL && p->ops->dev_pci(dev, pci, len) == 0)
+			return 0;
+	return -ENODEV;
+}
+
+int
+kvt_mem_dmabuf(const void *addr, size_t len, int *fd, uint64_t *off)
+{
+	const struct kvt_pmd *p;
+	int ret = -ENOTSUP;
+
+	for (p = kvt_pmds; p != NULL; p = p->next) {
+		if (p->ops->mem_dmabuf == NULL)
+			continue;
+		ret = p->ops->mem_dmabuf(addr, len, fd, off);
+		if (ret != -ENOTSUP)
+			return ret;
+	}
+	return ret;
 }

@@ -1397,6 +1397,66 @@ nv_stream_wait(const uint64_t *word, uint64_t room, uint64_t timeout_ns,
 		0 : -EIO;
 }
 
+static int
+nv_dev_count(void)
+{
+	int n = 0;
+
+	if (cudaGetDeviceCount(&n) != cudaSuccess) {
+		cudaGetLastError();
+		return 0;
+	}
+	return n;
+}
+
+static int
+nv_dev_pci(int dev, char *pci, size_t len)
+{
+	char *c;
+
+	if (cudaDeviceGetPCIBusId(pci, (int)len, dev) != cudaSuccess) {
+		cudaGetLastError();
+		return -ENODEV;
+	}
+	for (c = pci; *c != '\0'; c++)
+		*c = (char)(*c >= 'A' && *c <= 'F' ? *c - 'A' + 'a' : *c);
+	return 0;
+}
+
+/*
+ * dma-buf export of device memory, for NICs (ibv_reg_dmabuf_mr).  The
+ * driver exports page-aligned ranges; off says where addr lies inside.
+ */
+static int
+nv_mem_dmabuf(const void *addr, size_t len, int *fd, uint64_t *off)
+{
+	static CUresult (*get_handle)(void *, CUdeviceptr, size_t,
+				      CUmemRangeHandleType, unsigned long long);
+	struct cudaPointerAttributes at;
+	uintptr_t a = (uintptr_t)addr, pg = (uintptr_t)sysconf(_SC_PAGESIZE);
+	uintptr_t start = a & ~(pg - 1);
+	size_t span = RTE_ALIGN_CEIL(a + len, pg) - start;
+	CUresult r;
+
+	if (cudaPointerGetAttributes(&at, addr) != cudaSuccess) {
+		cudaGetLastError();
+		return -ENOTSUP;
+	}
+	if (at.type != cudaMemoryTypeDevice)
+		return -ENOTSUP;
+	if (get_handle == NULL &&
+	    resolve("cuMemGetHandleForAddressRange", (void **)&get_handle) < 0)
+		return -ENOTSUP;
+	r = get_handle(fd, (CUdeviceptr)start, span,
+		       CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD, 0);
+	if (r == CUDA_ERROR_NOT_SUPPORTED || r == CUDA_ERROR_INVALID_VALUE)
+		return -ENOTSUP;
+	if (r != CUDA_SUCCESS)
+		return -EIO;
+	*off = a - start;
+	return 0;
+}
+
 static const struct kvt_pmd_ops nv_ops = {
 	.flags = KVT_PMD_F_ORDERED | KVT_PMD_F_WHOLE,
 	.rank = 40,
@@ -1423,6 +1483,9 @@ static const struct kvt_pmd_ops nv_ops = {
 	.host_unregister = nv_host_unregister,
 	.dev_copy = nv_dev_copy,
 	.stream_wait = nv_stream_wait,
+	.dev_pci = nv_dev_pci,
+	.dev_count = nv_dev_count,
+	.mem_dmabuf = nv_mem_dmabuf,
 };
 
 KVT_PMD_REGISTER(nvlink, nv_ops);
