@@ -22,19 +22,21 @@
 
 #define SINK_BUF (4u << 20)
 
-/* TCP carries the run: named so, or the only kind of port there is. */
+/* Transport pmd carries the run: named so, or the only kind of port. */
 int
-kvfwd_uses_tcp(const struct kvfwd_opts *o)
+kvfwd_uses(const struct kvfwd_opts *o, const char *pmd)
 {
 	struct kvt_port_info pi;
-	unsigned int i, tcp = 0;
+	unsigned int i, n = 0;
+	size_t l = strlen(pmd);
 
 	if (o->transport[0] != '\0')
-		return strncmp(o->transport, "tcp", 3) == 0;
+		return strncmp(o->transport, pmd, l) == 0 &&
+			(o->transport[l] == '\0' || o->transport[l] == ',');
 	for (i = 0; i < kvt_port_count(); i++)
-		if (kvt_port_info(i, &pi) == 0 && strcmp(pi.pmd, "tcp") == 0)
-			tcp++;
-	return tcp > 0 && tcp == kvt_port_count();
+		if (kvt_port_info(i, &pi) == 0 && strcmp(pi.pmd, pmd) == 0)
+			n++;
+	return n > 0 && n == kvt_port_count();
 }
 
 /* ---- the target's sink: accept, read, drop ---- */
@@ -209,9 +211,15 @@ double
 kvfwd_baseline(const struct kvfwd_opts *o, const struct kvfwd_result *res,
 	       const char **name)
 {
-	if (kvfwd_uses_tcp(o)) {
+	if (kvfwd_uses(o, "tcp")) {
 		*name = "plain socket stream";
 		return stream_gbps(o, res);
+	}
+	/* The raw RDMA rate needs a perftest server on the target host:
+	 * scripts/rdma-test runs ib_write_bw beside kvfwd. */
+	if (kvfwd_uses(o, "rdma")) {
+		*name = "ib_write_bw (run by scripts/rdma-test)";
+		return -1;
 	}
 	if (strncmp(o->src_loc, "cpu", 3) == 0 &&
 	    strncmp(o->dst_loc, "cpu", 3) == 0) {

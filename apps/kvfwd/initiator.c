@@ -513,7 +513,7 @@ kvfwd_initiator(const struct kvfwd_opts *o, struct kvfwd_result *res)
 		kvt_peer_close(sh.peer);
 		return sh.rlen == 0 ? KVFWD_EXIT_PEER : KVFWD_EXIT_USAGE;
 	}
-	if (o->fence || o->verify || (o->baseline && kvfwd_uses_tcp(o))) {
+	if (o->fence || o->verify || (o->baseline && kvfwd_uses(o, "tcp"))) {
 		kvt_listen_addr(addr, sizeof(addr));
 		snprintf(hello, sizeof(hello), "hello %s %" PRIu64 " %s %d", addr,
 			 o->block, o->op == KVT_OP_READ ? "read" : "write",

@@ -90,7 +90,8 @@ double kvfwd_baseline(const struct kvfwd_opts *o,
 /* Target: a thread that accepts plain TCP streams and drops the bytes;
  * @return its port, 0 on failure. */
 uint16_t kvfwd_sink_start(void);
-int kvfwd_uses_tcp(const struct kvfwd_opts *o);
+/* Does transport pmd carry the run (named, or the only kind of port)? */
+int kvfwd_uses(const struct kvfwd_opts *o, const char *pmd);
 void kvfwd_report(const struct kvfwd_opts *o, struct kvfwd_result *res);
 
 /* Notification messages between initiator and target. */

@@ -210,4 +210,6 @@ kvfwd_report(const struct kvfwd_opts *o, struct kvfwd_result *r)
 	if (r->baseline_name != NULL && r->baseline_gbps > 0)
 		printf("  baseline       %s %.2f GB/s   ratio %.2f\n",
 		       r->baseline_name, r->baseline_gbps, gbps / r->baseline_gbps);
+	else if (r->baseline_name != NULL)
+		printf("  baseline       %s: not measured here\n", r->baseline_name);
 }

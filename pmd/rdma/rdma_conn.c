@@ -1,0 +1,820 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * RDMA connections: RC queue pairs to one peer through one NIC, set up by
+ * kvt's handshake, and re-armed after a failure.
+ *
+ * Handshake: the initiator creates its queue pairs (INIT) and sends their
+ * numbers and first PSNs, its GID/LID, MTU and flush word (CONN_REQ blob);
+ * the acceptor creates as many, takes them to RTS and answers the same
+ * (CONN_REP blob); the initiator takes its own to RTS.  The path MTU is
+ * the smaller of the two ports' MTUs.
+ *
+ * Re-arming: a queue pair that failed (rdma_xfer.c) waits a backoff, then
+ * the initiator resets it and sends REARM {qp, new PSN} through kvt's
+ * control connection; the acceptor resets its end to the new PSN and
+ * answers REARMED {its PSN}; the initiator goes to RTS and the queue pair
+ * carries slices again.  Lost messages are covered by a timeout, after
+ * which the backoff doubles.  Every state change of a queue pair the lcore
+ * uses runs on that lcore (kvt_port_call()).
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include <rte_cycles.h>
+#include <rte_random.h>
+
+#include "rdma.h"
+
+#define RD_WIRE_VERSION 1
+#define RD_CALL_MS 5000
+
+enum rd_msg_type {
+	RD_MSG_REARM = 1,
+	RD_MSG_REARMED,
+	RD_MSG_REFUSED,
+};
+
+struct rd_msg {
+	uint8_t type;
+	uint8_t qp;
+	uint32_t token;
+	uint32_t qpn;
+	uint32_t psn;
+};
+
+/* ---- wire encoding (little endian, fixed layout, length checked) ---- */
+
+static void
+put_le(uint8_t *p, uint64_t v, unsigned int n)
+{
+	unsigned int i;
+
+	for (i = 0; i < n; i++)
+		p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static uint64_t
+get_le(const uint8_t *p, unsigned int n)
+{
+	uint64_t v = 0;
+	unsigned int i;
+
+	for (i = 0; i < n; i++)
+		v |= (uint64_t)p[i] << (8 * i);
+	return v;
+}
+
+#define EP_LEN (1 + 32 + 1 + 1 + 1 + 2 + 16)
+
+int
+kvt_rdma_endpoint_encode(const struct rd_endpoint *e, struct kvt_buf *b)
+{
+	uint8_t w[EP_LEN], *p = w;
+
+	*p++ = RD_WIRE_VERSION;
+	memcpy(p, e->name, 32);
+	p += 32;
+	*p++ = e->link;
+	*p++ = e->port_num;
+	*p++ = e->mtu;
+	put_le(p, e->lid, 2);
+	p += 2;
+	memcpy(p, e->gid, 16);
+	return kvt_buf_put(b, w, sizeof(w));
+}
+
+static int
+mtu_ok(uint8_t mtu)
+{
+	return mtu >= IBV_MTU_256 && mtu <= IBV_MTU_4096;
+}
+
+int
+kvt_rdma_endpoint_decode(const uint8_t *p, size_t len, struct rd_endpoint *e)
+{
+	if (len != EP_LEN || p[0] != RD_WIRE_VERSION)
+		return -EPROTO;
+	p++;
+	memcpy(e->name, p, 32);
+	p += 32;
+	if (memchr(e->name, '\0', sizeof(e->name)) == NULL)
+		return -EPROTO;
+	e->link = *p++;
+	e->port_num = *p++;
+	e->mtu = *p++;
+	e->lid = (uint16_t)get_le(p, 2);
+	p += 2;
+	memcpy(e->gid, p, 16);
+	if ((e->link != KVT_LINK_IB && e->link != KVT_LINK_ETH) || !mtu_ok(e->mtu))
+		return -EPROTO;
+	return 0;
+}
+
+#define QI_FIXED (1 + 1 + 1 + 2 + 16 + 8 + 4)
+
+int
+kvt_rdma_qpinfo_encode(const struct rd_qpinfo *qi, struct kvt_buf *b)
+{
+	uint8_t w[QI_FIXED + RD_MAX_QPS * 8], *p = w;
+	unsigned int i;
+
+	if (qi->nqps == 0 || qi->nqps > RD_MAX_QPS)
+		return -EINVAL;
+	*p++ = RD_WIRE_VERSION;
+	*p++ = qi->nqps;
+	*p++ = qi->mtu;
+	put_le(p, qi->lid, 2);
+	p += 2;
+	memcpy(p, qi->gid, 16);
+	p += 16;
+	put_le(p, qi->flush_addr, 8);
+	p += 8;
+	put_le(p, qi->flush_rkey, 4);
+	p += 4;
+	for (i = 0; i < qi->nqps; i++) {
+		put_le(p, qi->qpn[i], 4);
+		put_le(p + 4, qi->psn[i], 4);
+		p += 8;
+	}
+	return kvt_buf_put(b, w, (size_t)(p - w));
+}
+
+int
+kvt_rdma_qpinfo_decode(const uint8_t *p, size_t len, struct rd_qpinfo *qi)
+{
+	unsigned int i;
+
+	memset(qi, 0, sizeof(*qi));
+	if (len < QI_FIXED || p[0] != RD_WIRE_VERSION)
+		return -EPROTO;
+	qi->nqps = p[1];
+	qi->mtu = p[2];
+	if (qi->nqps == 0 || qi->nqps > RD_MAX_QPS || !mtu_ok(qi->mtu) ||
+	    len != QI_FIXED + (size_t)qi->nqps * 8)
+		return -EPROTO;
+	qi->lid = (uint16_t)get_le(p + 3, 2);
+	memcpy(qi->gid, p + 5, 16);
+	qi->flush_addr = get_le(p + 21, 8);
+	qi->flush_rkey = (uint32_t)get_le(p + 29, 4);
+	p += QI_FIXED;
+	for (i = 0; i < qi->nqps; i++, p += 8) {
+		qi->qpn[i] = (uint32_t)get_le(p, 4);
+		qi->psn[i] = (uint32_t)get_le(p + 4, 4);
+		/* QPNs and PSNs are 24-bit. */
+		if (qi->qpn[i] > 0xffffff || qi->psn[i] > 0xffffff)
+			return -EPROTO;
+	}
+	return 0;
+}
+
+/*
+ * Rails: NIC mlx5_3 talks to the peer's mlx5_3 when it has one (the
+ * same rail of a rail-optimised fabric), else to the peer NIC at the
+ * same position, else to any of the same link layer.
+ */
+int
+kvt_rdma_pick_endpoint(const char *self, uint8_t link, unsigned int ordinal,
+		       const struct rd_endpoint *eps, unsigned int n)
+{
+	unsigned int i;
+
+	if (n == 0)
+		return -1;
+	for (i = 0; i < n; i++)
+		if (eps[i].link == link && strcmp(eps[i].name, self) == 0)
+			return (int)i;
+	if (eps[ordinal % n].link == link)
+		return (int)(ordinal % n);
+	for (i = 0; i < n; i++)
+		if (eps[i].link == link)
+			return (int)i;
+	return -1;
+}
+
+/* ---- queue pair transitions ---- */
+
+static uint32_t
+new_psn(void)
+{
+	return (uint32_t)(rte_rand() & 0xffffff);
+}
+
+static int
+qp_init(struct rd_port *rp, struct ibv_qp *qp)
+{
+	struct ibv_qp_attr a = {
+		.qp_state = IBV_QPS_INIT,
+		.pkey_index = 0,
+		.port_num = rp->nic.port,
+		.qp_access_flags = IBV_ACCESS_LOCAL_WRITE |
+			IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ,
+	};
+
+	return ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX |
+			     IBV_QP_PORT | IBV_QP_ACCESS_FLAGS) != 0 ? -errno : 0;
+}
+
+static int
+qp_rtr(struct rd_conn *c, struct rd_qp *q)
+{
+	struct rd_port *rp = c->rp;
+	struct ibv_qp_attr a = {
+		.qp_state = IBV_QPS_RTR,
+		.path_mtu = (enum ibv_mtu)RTE_MIN(rp->mtu, c->peer.mtu),
+		.dest_qp_num = q->remote_qpn,
+		.rq_psn = q->remote_psn,
+		.max_dest_rd_atomic = rp->dev->max_rd_atomic,
+		.min_rnr_timer = 12,	/* 0.64 ms */
+		.ah_attr = {
+			.dlid = c->peer.lid,
+			.port_num = rp->nic.port,
+		},
+	};
+
+	/* RoCE always routes by GID; InfiniBand by LID within a subnet. */
+	if (rp->nic.link == KVT_LINK_ETH || c->peer.lid == 0) {
+		a.ah_attr.is_global = 1;
+		a.ah_attr.grh.hop_limit = 64;
+		a.ah_attr.grh.sgid_index = (uint8_t)RTE_MAX(rp->nic.gid_index, 0);
+		memcpy(a.ah_attr.grh.dgid.raw, c->peer.gid, 16);
+	}
+	return ibv_modify_qp(q->qp, &a, IBV_QP_STATE | IBV_QP_AV |
+			     IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+			     IBV_QP_MAX_DEST_RD_ATOMIC |
+			     IBV_QP_MIN_RNR_TIMER) != 0 ? -errno : 0;
+}
+
+static int
+qp_rts(struct rd_conn *c, struct rd_qp *q)
+{
+	struct ibv_qp_attr a = {
+		.qp_state = IBV_QPS_RTS,
+		.timeout = c->rp->timeout,
+		.retry_cnt = 7,
+		.rnr_retry = 7,	/* a busy receiver is waited for; the
+				 * watchdog bounds the wait */
+		.sq_psn = q->psn,
+		.max_rd_atomic = c->rp->dev->max_rd_atomic,
+	};
+
+	return ibv_modify_qp(q->qp, &a, IBV_QP_STATE | IBV_QP_TIMEOUT |
+			     IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
+			     IBV_QP_MAX_QP_RD_ATOMIC) != 0 ? -errno : 0;
+}
+
+static int
+qp_reset(struct rd_port *rp, struct rd_qp *q)
+{
+	struct ibv_qp_attr a = { .qp_state = IBV_QPS_RESET };
+
+	if (ibv_modify_qp(q->qp, &a, IBV_QP_STATE) != 0)
+		return -errno;
+	q->psn = new_psn();
+	return qp_init(rp, q->qp);
+}
+
+/* ---- connection objects ---- */
+
+static void
+conn_free(struct rd_conn *c)
+{
+	unsigned int i;
+
+	for (i = 0; i < c->nqps; i++) {
+		if (c->qp[i].qp != NULL && ibv_destroy_qp(c->qp[i].qp) != 0)
+			RD_LOG(WARNING, "%s: destroying a queue pair: %s",
+			       c->rp->nic.name, strerror(errno));
+		free(c->qp[i].ring);
+	}
+	if (c->mr != NULL)
+		ibv_dereg_mr(c->mr);
+	if (c->mem != NULL)
+		munmap(c->mem, c->mem_len);
+	free(c);
+}
+
+static struct rd_conn *
+conn_new(struct rd_port *rp, unsigned int nqps)
+{
+	struct ibv_qp_init_attr ia = {
+		.send_cq = rp->cq,
+		.recv_cq = rp->cq,
+		.cap = {
+			.max_send_wr = rp->sq,
+			.max_recv_wr = RD_NOTES,
+			.max_send_sge = 1,
+			.max_recv_sge = 1,
+			.max_inline_data = RD_INLINE,
+		},
+		.qp_type = IBV_QPT_RC,
+		.sq_sig_all = 0,
+	};
+	struct rd_conn *c;
+	unsigned int i;
+
+	c = calloc(1, sizeof(*c));
+	if (c == NULL)
+		return NULL;
+	c->rp = rp;
+	c->nqps = nqps;
+	c->mem_len = RTE_ALIGN_CEIL(RD_MEM_NOTES + 2 * (size_t)nqps * RD_NOTES *
+				    KVT_NOTIFY_MAX, 4096);
+	c->mem = mmap(NULL, c->mem_len, PROT_READ | PROT_WRITE,
+		      MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (c->mem == MAP_FAILED) {
+		c->mem = NULL;
+		goto fail;
+	}
+	c->mr = ibv_reg_mr(rp->dev->pd, c->mem, c->mem_len,
+			   IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ);
+	if (c->mr == NULL) {
+		RD_LOG(ERR, "%s: cannot register connection buffers: %s",
+		       rp->nic.name, strerror(errno));
+		goto fail;
+	}
+	for (i = 0; i < nqps; i++) {
+		struct rd_qp *q = &c->qp[i];
+
+		q->conn = c;
+		q->ring = calloc(rp->sq, sizeof(q->ring[0]));
+		if (q->ring == NULL)
+			goto fail;
+		q->qp = ibv_create_qp(rp->dev->pd, &ia);
+		if (q->qp == NULL) {
+			RD_LOG(ERR, "%s: cannot create a queue pair: %s",
+			       rp->nic.name, strerror(errno));
+			goto fail;
+		}
+		q->psn = new_psn();
+		if (qp_init(rp, q->qp) < 0) {
+			RD_LOG(ERR, "%s: queue pair to INIT: %s", rp->nic.name,
+			       strerror(errno));
+			goto fail;
+		}
+	}
+	return c;
+
+fail:
+	conn_free(c);
+	return NULL;
+}
+
+static void
+qpinfo_fill(const struct rd_conn *c, struct rd_qpinfo *qi)
+{
+	const struct rd_port *rp = c->rp;
+	unsigned int i;
+
+	memset(qi, 0, sizeof(*qi));
+	qi->nqps = (uint8_t)c->nqps;
+	qi->mtu = rp->mtu;
+	qi->lid = rp->lid;
+	memcpy(qi->gid, rp->gid.raw, 16);
+	qi->flush_addr = (uint64_t)(uintptr_t)(c->mem + RD_MEM_FLUSH_SRC);
+	qi->flush_rkey = c->mr->rkey;
+	for (i = 0; i < c->nqps; i++) {
+		qi->qpn[i] = c->qp[i].qp->qp_num;
+		qi->psn[i] = c->qp[i].psn;
+	}
+}
+
+static void
+peer_take(struct rd_conn *c, const struct rd_qpinfo *qi)
+{
+	unsigned int i;
+
+	c->peer.mtu = qi->mtu;
+	c->peer.lid = qi->lid;
+	memcpy(c->peer.gid, qi->gid, 16);
+	c->flush_addr = qi->flush_addr;
+	c->flush_rkey = qi->flush_rkey;
+	for (i = 0; i < c->nqps; i++) {
+		c->qp[i].remote_qpn = qi->qpn[i];
+		c->qp[i].remote_psn = qi->psn[i];
+	}
+}
+
+static int
+conn_rts(struct rd_conn *c)
+{
+	unsigned int i;
+	int ret = 0;
+
+	for (i = 0; i < c->nqps && ret == 0; i++) {
+		ret = qp_rtr(c, &c->qp[i]);
+		if (ret == 0)
+			ret = qp_rts(c, &c->qp[i]);
+	}
+	if (ret < 0)
+		RD_LOG(ERR, "%s: queue pair to %s: %s", c->rp->nic.name,
+		       c->c.info.name, strerror(-ret));
+	return ret;
+}
+
+/* Lcore: give the connection a wr_id slot; an acceptor posts its
+ * notification buffers.  The queue pairs are in RTS already. */
+static int
+attach_conn(struct kvt_port *port, void *arg)
+{
+	struct rd_port *rp = port->priv;
+	struct rd_conn *c = arg;
+	unsigned int s, q, i;
+	int ret;
+
+	for (s = 0; s < RD_MAX_CONNS && rp->slot[s] != NULL; s++)
+		;
+	if (s == RD_MAX_CONNS)
+		return -ENOSPC;
+	c->slot = (uint16_t)s;
+	rp->slot_gen[s]++;
+	for (q = 0; q < c->nqps; q++) {
+		if (c->c.accepted) {
+			for (i = 0; i < RD_NOTES; i++) {
+				ret = kvt_rdma_post_recv(c, q, i);
+				if (ret < 0)
+					return ret;
+			}
+		}
+		__atomic_store_n(&c->qp[q].state, RD_QP_LIVE, __ATOMIC_RELEASE);
+	}
+	rp->slot[s] = c;
+	rp->nslots = RTE_MAX(rp->nslots, s + 1);
+	return 0;
+}
+
+/* Lcore: forget the connection; fail what it still holds. */
+static int
+detach_conn(struct kvt_port *port, void *arg)
+{
+	struct rd_port *rp = port->priv;
+	struct rd_conn *c = arg;
+
+	kvt_rdma_conn_drain(c, -ECANCELED);
+	if (rp->slot[c->slot] == c)
+		rp->slot[c->slot] = NULL;
+	while (rp->nslots > 0 && rp->slot[rp->nslots - 1] == NULL)
+		rp->nslots--;
+	return 0;
+}
+
+static void
+conn_list_add(struct rd_conn *c)
+{
+	pthread_mutex_lock(&c->rp->lock);
+	c->next = c->rp->conns;
+	c->rp->conns = c;
+	pthread_mutex_unlock(&c->rp->lock);
+}
+
+static void
+conn_list_del(struct rd_conn *c)
+{
+	struct rd_conn **pp;
+
+	pthread_mutex_lock(&c->rp->lock);
+	for (pp = &c->rp->conns; *pp != NULL; pp = &(*pp)->next) {
+		if (*pp == c) {
+			*pp = c->next;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&c->rp->lock);
+}
+
+/* ---- the PMD's connection callbacks ---- */
+
+int
+kvt_rdma_conn_open(struct kvt_port *port, const struct kvt_peer_info *pi,
+		   const struct kvt_endpoint *eps, unsigned int neps,
+		   struct kvt_buf *req, struct kvt_conn **out)
+{
+	struct rd_endpoint e[64];
+	struct rd_port *rp = port->priv;
+	struct rd_qpinfo qi;
+	struct rd_conn *c;
+	unsigned int i, n = 0;
+	uint16_t ids[64];
+	int k;
+
+	for (i = 0; i < neps && n < RTE_DIM(e); i++) {
+		if (kvt_rdma_endpoint_decode(eps[i].blob, eps[i].len, &e[n]) < 0) {
+			RD_LOG(WARNING, "peer %s: malformed rdma endpoint %s",
+			       pi->name, eps[i].port_name);
+			continue;
+		}
+		ids[n++] = eps[i].port_id;
+	}
+	k = kvt_rdma_pick_endpoint(rp->nic.name, rp->nic.link, rp->ordinal, e, n);
+	if (k < 0)
+		return -ENOTSUP;
+	c = conn_new(rp, rp->nqps);
+	if (c == NULL)
+		return -ENOMEM;
+	c->peer = e[k];
+	c->c.remote_port = ids[k];
+	qpinfo_fill(c, &qi);
+	if (kvt_rdma_qpinfo_encode(&qi, req) < 0) {
+		conn_free(c);
+		return -ENOMEM;
+	}
+	*out = &c->c;
+	return 0;
+}
+
+int
+kvt_rdma_conn_ready(struct kvt_conn *kc, const uint8_t *rep, size_t len)
+{
+	struct rd_conn *c = (struct rd_conn *)kc;
+	struct rd_qpinfo qi;
+	int ret;
+
+	ret = kvt_rdma_qpinfo_decode(rep, len, &qi);
+	if (ret == 0 && qi.nqps != c->nqps)
+		ret = -EPROTO;
+	if (ret < 0) {
+		RD_LOG(ERR, "peer %s: malformed rdma answer", kc->info.name);
+		return ret;
+	}
+	peer_take(c, &qi);
+	ret = conn_rts(c);
+	if (ret == 0)
+		ret = kvt_port_call(kc->port, attach_conn, c, RD_CALL_MS);
+	if (ret == 0)
+		conn_list_add(c);
+	return ret;
+}
+
+static void
+free_inbox(void *arg)
+{
+	free(arg);
+}
+
+int
+kvt_rdma_conn_accept(struct kvt_port *port, const struct kvt_peer_info *pi,
+		     const uint8_t *req, size_t len, struct kvt_buf *rep,
+		     struct kvt_conn **out)
+{
+	struct rd_port *rp = port->priv;
+	struct rd_qpinfo qi, mine;
+	struct rd_conn *c;
+	int ret;
+
+	ret = kvt_rdma_qpinfo_decode(req, len, &qi);
+	if (ret < 0) {
+		RD_LOG(WARNING, "peer %s: malformed rdma connection request",
+		       pi->name);
+		return ret;
+	}
+	c = conn_new(rp, qi.nqps);
+	if (c == NULL)
+		return -ENOMEM;
+	c->c.accepted = 1;	/* attach_conn posts receive buffers */
+	c->peer.link = rp->nic.link;
+	peer_take(c, &qi);
+	c->c.inbox = malloc(kvt_inbox_size(256));
+	if (c->c.inbox == NULL) {
+		ret = -ENOMEM;
+		goto free_conn;
+	}
+	kvt_inbox_init(c->c.inbox, 256);
+	ret = kvt_inbox_attach(c->c.inbox, pi->name);
+	if (ret < 0)
+		goto free_inbox;
+	ret = conn_rts(c);
+	if (ret == 0)
+		ret = kvt_port_call(port, attach_conn, c, RD_CALL_MS);
+	if (ret < 0)
+		goto detach_inbox;
+	qpinfo_fill(c, &mine);
+	mine.mtu = (uint8_t)RTE_MIN(rp->mtu, qi.mtu);
+	ret = kvt_rdma_qpinfo_encode(&mine, rep);
+	if (ret < 0) {
+		kvt_port_call(port, detach_conn, c, RD_CALL_MS);
+		goto detach_inbox;
+	}
+	conn_list_add(c);
+	*out = &c->c;
+	return 0;
+
+detach_inbox:
+	kvt_inbox_detach(c->c.inbox);
+free_inbox:
+	free(c->c.inbox);
+free_conn:
+	conn_free(c);
+	return ret;
+}
+
+void
+kvt_rdma_conn_close(struct kvt_conn *kc)
+{
+	struct rd_conn *c = (struct rd_conn *)kc;
+
+	conn_list_del(c);
+	kvt_port_call(kc->port, detach_conn, c, RD_CALL_MS);
+	if (kc->inbox != NULL)
+		kvt_inbox_retire(kc->inbox, free_inbox, kc->inbox);
+	conn_free(c);
+}
+
+/* ---- re-arming a failed queue pair ---- */
+
+struct rearm {
+	struct rd_conn *c;
+	unsigned int q;
+	int step;		/* 0: reset (initiator), 1: accept, 2: finish */
+};
+
+/* Lcore: the state changes of one queue pair. */
+static int
+rearm_step(struct kvt_port *port, void *arg)
+{
+	struct rearm *r = arg;
+	struct rd_conn *c = r->c;
+	struct rd_qp *q = &c->qp[r->q];
+	unsigned int i;
+	int ret = 0;
+
+	switch (r->step) {
+	case 0:
+		if (__atomic_load_n(&q->state, __ATOMIC_ACQUIRE) != RD_QP_BROKEN)
+			return -EBUSY;
+		ret = qp_reset(c->rp, q);
+		if (ret == 0)
+			__atomic_store_n(&q->state, RD_QP_REARM, __ATOMIC_RELEASE);
+		return ret;
+	case 1:
+		/* The acceptor's end may look healthy: reset it anyway, the
+		 * initiator starts from a new PSN.  Messages already in the
+		 * completion queue are taken first: their buffers are
+		 * posted again below. */
+		kvt_rdma_poll(port);
+		__atomic_store_n(&q->state, RD_QP_REARM, __ATOMIC_RELEASE);
+		if (q->held_n != 0)
+			RD_LOG(WARNING, "%s: %u notifications from %s dropped: the application did not take them before the link was re-armed",
+			       c->rp->nic.name, q->held_n, c->c.info.name);
+		q->held_n = 0;
+		q->held_head = 0;
+		ret = qp_reset(c->rp, q);
+		for (i = 0; i < RD_NOTES && ret == 0; i++)
+			ret = kvt_rdma_post_recv(c, r->q, i);
+		break;
+	default:
+		if (__atomic_load_n(&q->state, __ATOMIC_ACQUIRE) != RD_QP_REARM)
+			return -ESTALE;
+		break;
+	}
+	if (ret == 0)
+		ret = qp_rtr(c, q);
+	if (ret == 0)
+		ret = qp_rts(c, q);
+	__atomic_store_n(&q->state, ret == 0 ? RD_QP_LIVE : RD_QP_BROKEN,
+			 __ATOMIC_RELEASE);
+	return ret;
+}
+
+static int
+live_qps(const struct rd_conn *c)
+{
+	unsigned int i;
+	int n = 0;
+
+	for (i = 0; i < c->nqps; i++)
+		n += __atomic_load_n(&c->qp[i].state, __ATOMIC_ACQUIRE) ==
+			RD_QP_LIVE;
+	return n;
+}
+
+static void
+msg_put(struct kvt_buf *b, const struct rd_msg *m)
+{
+	uint8_t w[14];
+
+	w[0] = m->type;
+	w[1] = m->qp;
+	put_le(w + 2, m->token, 4);
+	put_le(w + 6, m->qpn, 4);
+	put_le(w + 10, m->psn, 4);
+	kvt_buf_put(b, w, sizeof(w));
+}
+
+static void
+rearm_start(struct rd_conn *c, unsigned int qi, uint64_t now)
+{
+	struct rearm r = { c, qi, 0 };
+	struct kvt_buf b = { 0 };
+	struct rd_msg m;
+
+	c->rearm_backoff_ms = RTE_MIN(RTE_MAX(c->rearm_backoff_ms * 2,
+					      (uint32_t)RD_BACKOFF_MIN_MS),
+				      (uint32_t)RD_BACKOFF_MAX_MS);
+	c->rearm_at_us = now + c->rearm_backoff_ms * 1000ull;
+	if (kvt_port_call(c->c.port, rearm_step, &r, RD_CALL_MS) < 0)
+		return;
+	m.type = RD_MSG_REARM;
+	m.qp = (uint8_t)qi;
+	m.token = ++c->rearm_token;
+	m.qpn = c->qp[qi].qp->qp_num;
+	m.psn = c->qp[qi].psn;
+	msg_put(&b, &m);
+	c->rearm_sent_us = now;
+	if (kvt_conn_msg(&c->c, b.data, b.len) < 0)
+		__atomic_store_n(&c->qp[qi].state, RD_QP_BROKEN, __ATOMIC_RELEASE);
+	kvt_buf_free(&b);
+}
+
+/* Control thread: re-probe paused NICs, re-arm failed queue pairs. */
+void
+kvt_rdma_ctl_tick(struct kvt_port *port, uint64_t now)
+{
+	struct rd_port *rp = port->priv;
+	uint64_t limit = 1000ull * kvt_pmd_env()->timeout_ms;
+	struct rd_conn *c;
+	unsigned int i;
+	uint32_t st;
+	int paused;
+
+	kvt_rdma_async_events(rp);
+	if (__atomic_load_n(&rp->paused, __ATOMIC_ACQUIRE) &&
+	    now >= __atomic_load_n(&rp->resume_us, __ATOMIC_ACQUIRE)) {
+		RD_LOG(NOTICE, "%s: probing again after a pause", rp->nic.name);
+		__atomic_store_n(&rp->paused, 0, __ATOMIC_RELEASE);
+	}
+	paused = (int)__atomic_load_n(&rp->paused, __ATOMIC_ACQUIRE);
+	pthread_mutex_lock(&rp->lock);
+	for (c = rp->conns; c != NULL; c = c->next) {
+		if (c->c.accepted || __atomic_load_n(&c->c.dead, __ATOMIC_ACQUIRE))
+			continue;
+		for (i = 0; i < c->nqps; i++) {
+			st = __atomic_load_n(&c->qp[i].state, __ATOMIC_ACQUIRE);
+			if (st == RD_QP_REARM && now - c->rearm_sent_us > limit)
+				__atomic_store_n(&c->qp[i].state, RD_QP_BROKEN,
+						 __ATOMIC_RELEASE);
+			else if (st == RD_QP_BROKEN && !paused &&
+				 now >= c->rearm_at_us)
+				rearm_start(c, i, now);
+		}
+		kvt_conn_set_down(&c->c, paused || live_qps(c) == 0);
+	}
+	pthread_mutex_unlock(&rp->lock);
+}
+
+static int
+msg_get(const uint8_t *p, size_t len, struct rd_msg *m)
+{
+	if (len != 14)
+		return -EPROTO;
+	m->type = p[0];
+	m->qp = p[1];
+	m->token = (uint32_t)get_le(p + 2, 4);
+	m->qpn = (uint32_t)get_le(p + 6, 4);
+	m->psn = (uint32_t)get_le(p + 10, 4);
+	return m->qpn > 0xffffff || m->psn > 0xffffff ? -EPROTO : 0;
+}
+
+int
+kvt_rdma_conn_msg(struct kvt_conn *kc, const uint8_t *p, size_t len,
+		  struct kvt_buf *reply)
+{
+	struct rd_conn *c = (struct rd_conn *)kc;
+	struct rearm r = { c, 0, 1 };
+	struct rd_msg m, out;
+	struct rd_qp *q;
+
+	if (msg_get(p, len, &m) < 0 || m.qp >= c->nqps)
+		return -EPROTO;
+	q = &c->qp[m.qp];
+	r.q = m.qp;
+	if (m.type == RD_MSG_REARM && kc->accepted) {
+		if (m.qpn != q->remote_qpn)
+			return -EPROTO;
+		q->remote_psn = m.psn;
+		out = m;
+		out.type = kvt_port_call(kc->port, rearm_step, &r, RD_CALL_MS) == 0 ?
+			RD_MSG_REARMED : RD_MSG_REFUSED;
+		out.qpn = q->qp->qp_num;
+		out.psn = q->psn;
+		msg_put(reply, &out);
+		RD_LOG(INFO, "%s: queue pair %u to %s re-armed: %s", c->rp->nic.name,
+		       m.qp, kc->info.name, out.type == RD_MSG_REARMED ? "ok" : "failed");
+		return 0;
+	}
+	if (kc->accepted || m.token != c->rearm_token || m.qpn != q->remote_qpn)
+		return 0;	/* stale or foreign: ignore */
+	if (m.type == RD_MSG_REARMED) {
+		q->remote_psn = m.psn;
+		r.step = 2;
+		if (kvt_port_call(kc->port, rearm_step, &r, RD_CALL_MS) == 0) {
+			RD_LOG(NOTICE, "%s: queue pair %u to %s carries slices again",
+			       c->rp->nic.name, m.qp, kc->info.name);
+			c->rearm_backoff_ms = 0;
+			return 0;
+		}
+	}
+	__atomic_store_n(&q->state, RD_QP_BROKEN, __ATOMIC_RELEASE);
+	return 0;
+}

@@ -1,0 +1,554 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * The lcore side of the RDMA transport: descriptors become work requests,
+ * completions settle descriptors.
+ *
+ * Each queue pair keeps its send queue as a ring of entries in post order.
+ * Descriptors are posted in chains of at most RD_CHAIN work requests and
+ * only the last of a chain is signalled; RC completes a send queue in
+ * order, so its completion settles every entry up to it.
+ *
+ * Ordering: why a settled slice's bytes are in place, and why the fence
+ * comes after all of them.
+ *  - A WRITE's completion at the initiator says the responder acknowledged
+ *    it, not that the bytes reached memory where the reader will look
+ *    (PCIe writes are posted; GPU memory behind a switch, relaxed ordering).
+ *    So a chain holding WRITEs ends in a signalled 8-byte READ on the same
+ *    queue pair (the "flush").  The responder executes a queue pair's
+ *    requests in order, and its NIC's read of host or GPU memory cannot pass
+ *    the posted writes it issued before; the READ's answer therefore leaves
+ *    after every earlier WRITE of that queue pair is placed.  Only then
+ *    does the chain's completion settle its slices.
+ *  - The engine issues a request's fence only when every slice of it, on
+ *    every queue pair and NIC, has settled (batch.c: the acq_rel chain of
+ *    settled counters).  By the point above, all of its bytes are placed
+ *    at the receiver before the fence WRITE is even posted, whichever
+ *    queue pair or NIC carries the fence.
+ *  - The fence is an 8-byte inline WRITE to an 8-byte aligned word: one
+ *    PCIe write, seen whole by the receiver's acquire load.
+ *  - A notification is a SEND after the fence settled (the engine chains
+ *    it), so a receiver that reads it finds fence and data in place.
+ * READ slices need no flush: the local NIC writes the data before it
+ * writes the completion.
+ *
+ * Failure: an error completion ends the queue pair (RC moves it to the
+ * error state).  Entries before the failed one completed (completions
+ * are in order) unless the error is a flush, where nothing is known; the
+ * rest are failed with -EIO, which the engine retries on another NIC.
+ */
+#include <errno.h>
+#include <string.h>
+
+#include <rte_branch_prediction.h>
+#include <rte_cycles.h>
+
+#include "rdma.h"
+
+#define RD_WC_BURST 32
+#define LINK_ERR(s) ((s) == IBV_WC_RETRY_EXC_ERR || (s) == IBV_WC_RNR_RETRY_EXC_ERR)
+
+static inline struct rd_wr *
+ring_at(const struct rd_conn *c, struct rd_qp *q, uint64_t seq)
+{
+	return &q->ring[seq & (c->rp->sq - 1)];
+}
+
+static void
+backlog_push(struct rd_conn *c, struct kvt_desc *d)
+{
+	d->next = NULL;
+	if (c->backlog_tail != NULL)
+		c->backlog_tail->next = d;
+	else
+		c->backlog = d;
+	c->backlog_tail = d;
+}
+
+static struct kvt_desc *
+backlog_pop(struct rd_conn *c)
+{
+	struct kvt_desc *d = c->backlog;
+
+	c->backlog = d->next;
+	if (c->backlog == NULL)
+		c->backlog_tail = NULL;
+	return d;
+}
+
+static void
+backlog_fail(struct rd_conn *c, int err)
+{
+	while (c->backlog != NULL)
+		kvt_desc_complete(backlog_pop(c), err);
+}
+
+/* Settle one send queue entry. */
+static void
+entry_done(struct rd_conn *c, struct rd_qp *q, struct rd_wr *e, int err)
+{
+	struct kvt_desc *d = e->d;
+
+	c->rp->cq_used -= e->signalled;
+	e->d = NULL;
+	if (d == NULL)
+		return;
+	if (d->op == KVT_DESC_NOTIFY)
+		q->notes--;
+	kvt_desc_complete(d, err);
+}
+
+static void
+qp_to_error(struct rd_qp *q)
+{
+	struct ibv_qp_attr a = { .qp_state = IBV_QPS_ERR };
+
+	/* Nothing posted may run after its descriptor was given up. */
+	ibv_modify_qp(q->qp, &a, IBV_QP_STATE);
+}
+
+static void
+qp_drain(struct rd_conn *c, struct rd_qp *q, int err)
+{
+	while (q->head != q->tail)
+		entry_done(c, q, ring_at(c, q, q->head++), err);
+	q->dirty = 0;
+	q->notes = 0;
+	q->note_next = 0;
+	q->held_n = 0;
+	q->held_head = 0;
+}
+
+static int
+conn_live_qps(const struct rd_conn *c)
+{
+	unsigned int i;
+	int n = 0;
+
+	for (i = 0; i < c->nqps; i++)
+		n += __atomic_load_n(&c->qp[i].state, __ATOMIC_RELAXED) ==
+			RD_QP_LIVE;
+	return n;
+}
+
+void
+kvt_rdma_qp_broken(struct rd_conn *c, unsigned int qi, int err)
+{
+	struct rd_qp *q = &c->qp[qi];
+
+	if (__atomic_load_n(&q->state, __ATOMIC_RELAXED) != RD_QP_LIVE)
+		return;
+	RD_LOG(WARNING, "%s: queue pair %u to %s failed (%s): its slices move to other paths",
+	       c->rp->nic.name, qi, c->c.info.name, strerror(-err));
+	qp_to_error(q);
+	__atomic_store_n(&q->state, RD_QP_BROKEN, __ATOMIC_RELEASE);
+	qp_drain(c, q, -EIO);
+	if (err == -ETIMEDOUT)
+		kvt_rdma_port_error(c->rp);
+	if (conn_live_qps(c) == 0)
+		kvt_conn_set_down(&c->c, 1);
+}
+
+void
+kvt_rdma_conn_drain(struct rd_conn *c, int err)
+{
+	unsigned int i;
+
+	for (i = 0; i < c->nqps; i++) {
+		if (c->qp[i].head != c->qp[i].tail)
+			qp_to_error(&c->qp[i]);
+		qp_drain(c, &c->qp[i], err);
+	}
+	backlog_fail(c, err);
+}
+
+int
+kvt_rdma_post_recv(struct rd_conn *c, unsigned int q, unsigned int i)
+{
+	struct ibv_sge sge = {
+		.addr = (uint64_t)(uintptr_t)rd_note_buf(c, q, i, 1),
+		.length = KVT_NOTIFY_MAX,
+		.lkey = c->mr->lkey,
+	};
+	struct ibv_recv_wr wr = {
+		.wr_id = RD_WRID(c->slot, c->rp->slot_gen[c->slot], 1, i),
+		.sg_list = &sge,
+		.num_sge = 1,
+	}, *bad;
+
+	return ibv_post_recv(c->qp[q].qp, &wr, &bad) != 0 ? -EIO : 0;
+}
+
+/* ---- posting ---- */
+
+static int
+qp_room(const struct rd_conn *c, const struct rd_qp *q)
+{
+	return __atomic_load_n(&q->state, __ATOMIC_ACQUIRE) == RD_QP_LIVE &&
+		c->rp->sq - (q->tail - q->head) > RD_CHAIN;
+}
+
+/* Notifications keep their order: all go on the first live queue pair. */
+static struct rd_qp *
+note_qp(struct rd_conn *c)
+{
+	unsigned int i;
+
+	for (i = 0; i < c->nqps; i++)
+		if (__atomic_load_n(&c->qp[i].state, __ATOMIC_ACQUIRE) ==
+		    RD_QP_LIVE)
+			return &c->qp[i];
+	return NULL;
+}
+
+/* The queue pair for the next chain: round robin over the live ones
+ * with room, or the notification one when a notification is next. */
+static struct rd_qp *
+pick_qp(struct rd_conn *c)
+{
+	unsigned int i, k;
+	struct rd_qp *q;
+
+	if (c->backlog->op == KVT_DESC_NOTIFY) {
+		q = note_qp(c);
+		return q != NULL && qp_room(c, q) ? q : NULL;
+	}
+	for (i = 0; i < c->nqps; i++) {
+		k = (c->rr + i) % c->nqps;
+		q = &c->qp[k];
+		if (qp_room(c, q)) {
+			c->rr = k + 1;
+			return q;
+		}
+	}
+	return NULL;
+}
+
+static void
+wr_fill(struct rd_conn *c, struct rd_qp *q, struct kvt_desc *d,
+	struct ibv_send_wr *wr, struct ibv_sge *sge)
+{
+	const struct kvt_port *port = c->c.port;
+	uint8_t *note;
+
+	memset(wr, 0, sizeof(*wr));
+	wr->sg_list = sge;
+	wr->num_sge = 1;
+	switch (d->op) {
+	case KVT_DESC_WRITE:
+	case KVT_DESC_READ:
+		wr->opcode = d->op == KVT_DESC_WRITE ? IBV_WR_RDMA_WRITE :
+			IBV_WR_RDMA_READ;
+		sge->addr = (uint64_t)(uintptr_t)d->local;
+		sge->length = d->len;
+		sge->lkey = kvt_rdma_lkey(d->lm, port);
+		wr->wr.rdma.remote_addr = d->remote;
+		wr->wr.rdma.rkey = kvt_rdma_rkey(d->rm, port);
+		if (d->op == KVT_DESC_WRITE) {
+			q->dirty = 1;
+			if (d->len <= RD_INLINE)
+				wr->send_flags = IBV_SEND_INLINE;
+		}
+		break;
+	case KVT_DESC_FENCE:
+		wr->opcode = IBV_WR_RDMA_WRITE;
+		wr->send_flags = IBV_SEND_INLINE | IBV_SEND_SIGNALED;
+		sge->addr = (uint64_t)(uintptr_t)&d->value;
+		sge->length = sizeof(d->value);
+		wr->wr.rdma.remote_addr = d->remote;
+		wr->wr.rdma.rkey = kvt_rdma_rkey(d->rm, port);
+		break;
+	default:	/* KVT_DESC_NOTIFY */
+		note = rd_note_buf(c, (unsigned int)(q - c->qp), q->note_next, 0);
+		q->note_next = (q->note_next + 1) % RD_NOTES;
+		q->notes++;
+		memcpy(note, d->data, d->len);
+		wr->opcode = IBV_WR_SEND;
+		wr->send_flags = IBV_SEND_SIGNALED;
+		sge->addr = (uint64_t)(uintptr_t)note;
+		sge->length = d->len;
+		sge->lkey = c->mr->lkey;
+		break;
+	}
+}
+
+static void
+flush_fill(struct rd_conn *c, struct ibv_send_wr *wr, struct ibv_sge *sge)
+{
+	memset(wr, 0, sizeof(*wr));
+	sge->addr = (uint64_t)(uintptr_t)(c->mem + RD_MEM_FLUSH_DST);
+	sge->length = 8;
+	sge->lkey = c->mr->lkey;
+	wr->sg_list = sge;
+	wr->num_sge = 1;
+	wr->opcode = IBV_WR_RDMA_READ;
+	wr->send_flags = IBV_SEND_SIGNALED;
+	wr->wr.rdma.remote_addr = c->flush_addr;
+	wr->wr.rdma.rkey = c->flush_rkey;
+}
+
+/* Post one chain from the backlog on q; @return work requests posted. */
+static unsigned int
+post_chain(struct rd_conn *c, struct rd_qp *q, uint64_t now)
+{
+	struct ibv_send_wr wr[RD_CHAIN], *bad = NULL;
+	struct ibv_sge sge[RD_CHAIN];
+	struct rd_port *rp = c->rp;
+	struct rd_qp *nq = note_qp(c);
+	unsigned int n = 0, i, sig = 0;
+	struct kvt_desc *d;
+	struct rd_wr *e;
+
+	while (c->backlog != NULL && n < RD_CHAIN - 1) {
+		d = c->backlog;
+		if (d->op == KVT_DESC_NOTIFY && (q != nq || q->notes == RD_NOTES))
+			break;
+		backlog_pop(c);
+		wr_fill(c, q, d, &wr[n], &sge[n]);
+		e = ring_at(c, q, q->tail + n);
+		e->d = d;
+		e->posted = now;
+		e->kind = d->op == KVT_DESC_WRITE || d->op == KVT_DESC_READ ?
+			RD_WR_DATA : RD_WR_TAIL;
+		e->signalled = !!(wr[n].send_flags & IBV_SEND_SIGNALED);
+		n++;
+	}
+	if (n == 0)
+		return 0;
+	if (q->dirty) {
+		flush_fill(c, &wr[n], &sge[n]);
+		e = ring_at(c, q, q->tail + n);
+		e->d = NULL;
+		e->posted = now;
+		e->kind = RD_WR_FLUSH;
+		e->signalled = 1;
+		n++;
+		q->dirty = 0;
+	} else if (!(wr[n - 1].send_flags & IBV_SEND_SIGNALED)) {
+		wr[n - 1].send_flags |= IBV_SEND_SIGNALED;
+		ring_at(c, q, q->tail + n - 1)->signalled = 1;
+	}
+	for (i = 0; i < n; i++) {
+		wr[i].wr_id = RD_WRID(c->slot, rp->slot_gen[c->slot], 0, q->tail + i);
+		wr[i].next = i + 1 < n ? &wr[i + 1] : NULL;
+		sig += !!(wr[i].send_flags & IBV_SEND_SIGNALED);
+	}
+	rp->cq_used += sig;
+	q->tail += n;
+	if (unlikely(ibv_post_send(q->qp, wr, &bad) != 0)) {
+		/* A prefix may be posted without its signalled end: the
+		 * queue pair cannot be trusted any more. */
+		kvt_rdma_qp_broken(c, (unsigned int)(q - c->qp), -EIO);
+		return 0;
+	}
+	return n;
+}
+
+static unsigned int
+pump(struct rd_conn *c, uint64_t now)
+{
+	struct rd_port *rp = c->rp;
+	unsigned int work = 0, n;
+	struct rd_qp *q;
+
+	if (unlikely(__atomic_load_n(&c->c.dead, __ATOMIC_ACQUIRE))) {
+		backlog_fail(c, -ECONNRESET);
+		return 1;
+	}
+	while (c->backlog != NULL && rp->cq_used + RD_CHAIN <= (uint32_t)rp->cq_size) {
+		q = pick_qp(c);
+		if (q == NULL) {
+			/* No queue pair left: let the engine take the slices
+			 * to another NIC. */
+			if (conn_live_qps(c) == 0)
+				backlog_fail(c, -ECONNRESET);
+			break;
+		}
+		n = post_chain(c, q, now);
+		if (n == 0)
+			break;
+		work += n;
+	}
+	return work;
+}
+
+void
+kvt_rdma_submit(struct kvt_port *port, struct kvt_desc **d, unsigned int n)
+{
+	struct rd_conn *c, *last = NULL;
+	uint64_t now = rte_get_tsc_cycles();
+	unsigned int i;
+
+	RTE_SET_USED(port);
+	for (i = 0; i < n; i++) {
+		c = (struct rd_conn *)d[i]->conn;
+		if (last != NULL && c != last)
+			pump(last, now);
+		backlog_push(c, d[i]);
+		last = c;
+	}
+	if (last != NULL)
+		pump(last, now);
+}
+
+/* ---- completions ---- */
+
+static int
+wc_errno(enum ibv_wc_status s)
+{
+	switch (s) {
+	case IBV_WC_REM_ACCESS_ERR:
+		return -EACCES;
+	case IBV_WC_RETRY_EXC_ERR:
+	case IBV_WC_RNR_RETRY_EXC_ERR:
+		return -ETIMEDOUT;
+	default:
+		return -EIO;
+	}
+}
+
+static void
+recv_done(struct rd_conn *c, unsigned int qi, const struct ibv_wc *wc)
+{
+	unsigned int i = (unsigned int)RD_WRID_SEQ(wc->wr_id);
+	struct rd_qp *q = &c->qp[qi];
+	uint32_t len;
+
+	if (wc->status != IBV_WC_SUCCESS || i >= RD_NOTES || c->c.inbox == NULL)
+		return;
+	len = RTE_MIN(wc->byte_len, (uint32_t)KVT_NOTIFY_MAX);
+	if (q->held_n != 0 ||
+	    kvt_inbox_push(c->c.inbox, rd_note_buf(c, qi, i, 1), len) == -ENOBUFS) {
+		/* The application is behind: keep the buffer (the sender
+		 * waits on receiver-not-ready) and push it later, in
+		 * order. */
+		q->held[(q->held_head + q->held_n) % RD_NOTES] = (uint8_t)i;
+		q->held_len[i] = (uint16_t)len;
+		q->held_n++;
+		return;
+	}
+	kvt_rdma_post_recv(c, qi, i);
+}
+
+static void
+held_retry(struct rd_conn *c)
+{
+	unsigned int qi, i;
+	struct rd_qp *q;
+
+	for (qi = 0; qi < c->nqps; qi++) {
+		q = &c->qp[qi];
+		while (q->held_n != 0) {
+			i = q->held[q->held_head];
+			if (kvt_inbox_push(c->c.inbox, rd_note_buf(c, qi, i, 1),
+					   q->held_len[i]) == -ENOBUFS)
+				return;
+			q->held_head = (q->held_head + 1) % RD_NOTES;
+			q->held_n--;
+			kvt_rdma_post_recv(c, qi, i);
+		}
+	}
+}
+
+static void
+send_done(struct rd_conn *c, unsigned int qi, const struct ibv_wc *wc)
+{
+	struct rd_qp *q = &c->qp[qi];
+	uint64_t seq, mask = (1ull << 39) - 1;
+	int err;
+
+	/* Rebuild the full sequence number; anything outside the ring is a
+	 * leftover of a drained incarnation. */
+	seq = q->head + ((RD_WRID_SEQ(wc->wr_id) - q->head) & mask);
+	if (seq >= q->tail)
+		return;
+	if (likely(wc->status == IBV_WC_SUCCESS)) {
+		while (q->head <= seq)
+			entry_done(c, q, ring_at(c, q, q->head++), 0);
+		return;
+	}
+	/* Before a real error everything completed; a flush says nothing
+	 * about the unsignalled entries before it. */
+	err = wc->status == IBV_WC_WR_FLUSH_ERR ? -EIO : 0;
+	while (q->head < seq)
+		entry_done(c, q, ring_at(c, q, q->head++), err);
+	err = wc_errno(wc->status);
+	entry_done(c, q, ring_at(c, q, q->head++), err);
+	if (wc->status == IBV_WC_REM_ACCESS_ERR)
+		RD_LOG(ERR, "%s: %s refused an access (remote key or range)",
+		       c->rp->nic.name, c->c.info.name);
+	kvt_rdma_qp_broken(c, qi, err);
+}
+
+static void
+wc_handle(struct rd_port *rp, const struct ibv_wc *wc)
+{
+	unsigned int slot = RD_WRID_SLOT(wc->wr_id), qi;
+	struct rd_conn *c;
+
+	c = slot < RD_MAX_CONNS ? rp->slot[slot] : NULL;
+	if (c == NULL || RD_WRID_GEN(wc->wr_id) != rp->slot_gen[slot])
+		return;
+	for (qi = 0; qi < c->nqps; qi++)
+		if (c->qp[qi].qp->qp_num == wc->qp_num)
+			break;
+	if (qi == c->nqps)
+		return;
+	if (RD_WRID_RECV(wc->wr_id))
+		recv_done(c, qi, wc);
+	else
+		send_done(c, qi, wc);
+}
+
+/* Every millisecond or so: lost peers, stuck queue pairs, held messages. */
+static void
+upkeep(struct rd_port *rp, uint64_t now)
+{
+	struct rd_conn *c;
+	unsigned int s, qi;
+	struct rd_qp *q;
+
+	for (s = 0; s < rp->nslots; s++) {
+		c = rp->slot[s];
+		if (c == NULL)
+			continue;
+		if (__atomic_load_n(&c->c.dead, __ATOMIC_ACQUIRE)) {
+			if (!c->failed)
+				kvt_rdma_conn_drain(c, -ECONNRESET);
+			c->failed = 1;
+			continue;
+		}
+		for (qi = 0; qi < c->nqps; qi++) {
+			q = &c->qp[qi];
+			if (q->head != q->tail &&
+			    now - ring_at(c, q, q->head)->posted > rp->watchdog_tsc)
+				kvt_rdma_qp_broken(c, qi, -ETIMEDOUT);
+		}
+		if (c->c.accepted)
+			held_retry(c);
+	}
+}
+
+unsigned int
+kvt_rdma_poll(struct kvt_port *port)
+{
+	struct rd_port *rp = port->priv;
+	struct ibv_wc wc[RD_WC_BURST];
+	uint64_t now;
+	unsigned int work = 0, s;
+	int n, i;
+
+	n = ibv_poll_cq(rp->cq, RD_WC_BURST, wc);
+	for (i = 0; i < n; i++)
+		wc_handle(rp, &wc[i]);
+	if (n > 0)
+		work += (unsigned int)n;
+	now = rte_get_tsc_cycles();
+	for (s = 0; s < rp->nslots; s++)
+		if (rp->slot[s] != NULL && rp->slot[s]->backlog != NULL)
+			work += pump(rp->slot[s], now);
+	if (now >= rp->next_check) {
+		rp->next_check = now + rte_get_tsc_hz() / 1000;
+		upkeep(rp, now);
+	}
+	return work;
+}

@@ -1,0 +1,927 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * TEST DOUBLE of libibverbs: see verbs_double.h for what it models.
+ *
+ * Layout: every process publishes a table (KVT_VDOUBLE_DIR/proc-PID) of
+ * its memory regions and queue pairs' responder state (expected PSN,
+ * posted receives, receive completions), mapped shared by the processes
+ * that talk to it.  A requester executes its own send queue when its
+ * completion queue is polled: it checks the responder's table, moves the
+ * bytes with process_vm_writev/readv, and advances both PSNs.  GIDs carry
+ * the owner's pid so that RTR learns which process the peer is.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <sys/uio.h>
+
+#include <infiniband/verbs.h>
+
+#include "verbs_double.h"
+
+#undef ibv_reg_mr
+#undef ibv_query_port
+
+#define VD_MAX_DEVS 8
+#define VD_MAX_MRS 1024
+#define VD_MAX_QPS 1024
+#define VD_RQ 64
+#define VD_INLINE 256
+
+/* Responder state of one queue pair, in the shared table. */
+struct vd_rqp {
+	uint32_t used;
+	uint32_t state;		/* enum ibv_qp_state */
+	uint32_t rq_psn;	/* next PSN it accepts */
+	uint32_t rq_head;	/* posted receives: [head, tail) */
+	uint32_t rq_tail;
+	struct {
+		uint64_t wr_id;
+		uint64_t addr;
+		uint32_t len;
+	} rq[VD_RQ];
+	uint32_t rc_head;	/* receive completions: [head, tail) */
+	uint32_t rc_tail;
+	struct {
+		uint64_t wr_id;
+		uint32_t len;
+		uint32_t status;
+	} rc[VD_RQ];
+};
+
+struct vd_rmr {
+	uint32_t key;		/* 0: free */
+	uint32_t access;
+	uint64_t addr;
+	uint64_t len;
+};
+
+struct vd_table {
+	struct vd_rmr mr[VD_MAX_MRS];
+	struct vd_rqp qp[VD_MAX_QPS];
+};
+
+struct vd_swr {
+	uint64_t wr_id;
+	uint32_t opcode;
+	uint32_t flags;
+	uint64_t local;
+	uint32_t len;
+	uint64_t remote;
+	uint32_t rkey;
+	uint64_t posted_ns;
+	uint8_t inl[VD_INLINE];
+};
+
+struct vd_cq {
+	struct ibv_cq cq;
+	struct ibv_wc *wc;
+	unsigned int size, head, n;
+};
+
+struct vd_dev;
+
+struct vd_qp {
+	struct ibv_qp qp;
+	struct vd_dev *dev;
+	unsigned int idx;
+	uint32_t sq_psn;
+	uint32_t dest_qpn;
+	pid_t peer;
+	unsigned int max_send;
+	struct vd_swr *sq;
+	unsigned int sq_head, sq_n;
+	struct vd_qp *next;
+};
+
+struct vd_dev {
+	struct ibv_device dev;
+	struct ibv_context ctx;
+	struct vd_rail *rail;
+	unsigned int index;
+	uint32_t seen_down;
+	uint64_t budget_ns;	/* rate limiting: when the rail is free */
+	struct vd_qp *qps;
+};
+
+static pthread_mutex_t vd_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct vd_dev devs[VD_MAX_DEVS];
+static struct ibv_device *dev_list[VD_MAX_DEVS + 1];
+static unsigned int ndevs;
+static struct vd_table *mine;
+static uint32_t key_gen;
+static struct {
+	pid_t pid;
+	struct vd_table *t;
+} peers[64];
+
+static uint64_t
+now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static void *
+map_file(const char *name, size_t len, int create)
+{
+	const char *dir = getenv("KVT_VDOUBLE_DIR");
+	char path[512];
+	void *p;
+	int fd;
+
+	if (dir == NULL)
+		return NULL;
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	fd = open(path, O_RDWR | (create ? O_CREAT : 0), 0600);
+	if (fd < 0)
+		return NULL;
+	if (create && ftruncate(fd, (off_t)len) != 0) {
+		close(fd);
+		return NULL;
+	}
+	p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	close(fd);
+	return p == MAP_FAILED ? NULL : p;
+}
+
+struct vd_rail *
+vd_rail(const char *name)
+{
+	char f[128];
+
+	snprintf(f, sizeof(f), "rail-%s", name);
+	return map_file(f, sizeof(struct vd_rail), 1);
+}
+
+static void
+unlink_table(void)
+{
+	char path[512];
+
+	snprintf(path, sizeof(path), "%s/proc-%d", getenv("KVT_VDOUBLE_DIR"),
+		 (int)getpid());
+	unlink(path);
+}
+
+static struct vd_table *
+table_mine(void)
+{
+	char f[64];
+
+	if (mine == NULL) {
+		snprintf(f, sizeof(f), "proc-%d", (int)getpid());
+		mine = map_file(f, sizeof(*mine), 1);
+		if (mine != NULL)
+			atexit(unlink_table);
+	}
+	return mine;
+}
+
+/* The table of a live process, or NULL when it is gone. */
+static struct vd_table *
+table_of(pid_t pid)
+{
+	char f[64];
+	unsigned int i;
+
+	if (pid == getpid())
+		return table_mine();
+	if (kill(pid, 0) != 0 && errno == ESRCH)
+		return NULL;
+	for (i = 0; i < 64 && peers[i].pid != 0; i++)
+		if (peers[i].pid == pid)
+			return peers[i].t;
+	if (i == 64)
+		return NULL;
+	snprintf(f, sizeof(f), "proc-%d", (int)pid);
+	peers[i].t = map_file(f, sizeof(struct vd_table), 0);
+	if (peers[i].t != NULL)
+		peers[i].pid = pid;
+	return peers[i].t;
+}
+
+/* ---- devices ---- */
+
+static void
+devs_init(void)
+{
+	const char *names = getenv("KVT_VDOUBLE_DEVS");
+	char buf[256], *save = NULL, *n;
+
+	if (ndevs > 0 || getenv("KVT_VDOUBLE_DIR") == NULL)
+		return;
+	snprintf(buf, sizeof(buf), "%s", names != NULL ? names : "mlx5_0,mlx5_1");
+	for (n = strtok_r(buf, ",", &save); n != NULL && ndevs < VD_MAX_DEVS;
+	     n = strtok_r(NULL, ",", &save)) {
+		struct vd_dev *d = &devs[ndevs];
+
+		snprintf(d->dev.name, sizeof(d->dev.name), "%s", n);
+		d->dev.transport_type = IBV_TRANSPORT_IB;
+		d->rail = vd_rail(n);
+		if (d->rail == NULL)
+			break;
+		if (d->rail->retry_ms == 0)
+			d->rail->retry_ms = 50;
+		d->index = ndevs;
+		dev_list[ndevs++] = &d->dev;
+	}
+}
+
+struct ibv_device **
+ibv_get_device_list(int *num)
+{
+	pthread_mutex_lock(&vd_lock);
+	devs_init();
+	pthread_mutex_unlock(&vd_lock);
+	if (num != NULL)
+		*num = (int)ndevs;
+	return dev_list;
+}
+
+void
+ibv_free_device_list(struct ibv_device **list)
+{
+	(void)list;
+}
+
+const char *
+ibv_get_device_name(struct ibv_device *device)
+{
+	return device->name;
+}
+
+static int vd_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc);
+static int vd_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr,
+			struct ibv_send_wr **bad);
+static int vd_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr,
+			struct ibv_recv_wr **bad);
+
+struct ibv_context *
+ibv_open_device(struct ibv_device *device)
+{
+	struct vd_dev *d = (struct vd_dev *)device;
+
+	if (table_mine() == NULL) {
+		errno = ENODEV;
+		return NULL;
+	}
+	d->ctx.device = device;
+	d->ctx.ops.poll_cq = vd_poll_cq;
+	d->ctx.ops.post_send = vd_post_send;
+	d->ctx.ops.post_recv = vd_post_recv;
+	d->ctx.async_fd = eventfd(0, EFD_CLOEXEC);
+	d->ctx.abi_compat = NULL;
+	d->seen_down = d->rail->down;
+	return &d->ctx;
+}
+
+int
+ibv_close_device(struct ibv_context *ctx)
+{
+	close(ctx->async_fd);
+	return 0;
+}
+
+int
+ibv_query_device(struct ibv_context *ctx, struct ibv_device_attr *a)
+{
+	(void)ctx;
+	memset(a, 0, sizeof(*a));
+	a->max_qp_wr = 32768;
+	a->max_qp_rd_atom = 16;
+	a->max_cqe = 1 << 22;
+	a->max_qp = VD_MAX_QPS;
+	return 0;
+}
+
+int
+ibv_query_port(struct ibv_context *ctx, uint8_t port,
+	       struct _compat_ibv_port_attr *out)
+{
+	struct vd_dev *d = (struct vd_dev *)ctx->device;
+	struct ibv_port_attr *a = (struct ibv_port_attr *)(void *)out;
+
+	if (port != 1)
+		return EINVAL;
+	a->state = d->rail->down ? IBV_PORT_DOWN : IBV_PORT_ACTIVE;
+	a->active_mtu = IBV_MTU_4096;
+	a->max_mtu = IBV_MTU_4096;
+	a->lid = 0;
+	a->link_layer = IBV_LINK_LAYER_ETHERNET;
+	return 0;
+}
+
+int
+ibv_query_gid(struct ibv_context *ctx, uint8_t port, int index,
+	      union ibv_gid *gid)
+{
+	struct vd_dev *d = (struct vd_dev *)ctx->device;
+	uint32_t pid = (uint32_t)getpid();
+
+	memset(gid, 0, sizeof(*gid));
+	if (port != 1 || index < 0 || index > 255)
+		return EINVAL;
+	if (index == 0) {
+		gid->raw[0] = 0xfe;
+		gid->raw[1] = 0x80;
+		memcpy(gid->raw + 8, &pid, 4);
+		gid->raw[12] = (uint8_t)d->index;
+	}
+	return 0;
+}
+
+int
+ibv_get_async_event(struct ibv_context *ctx, struct ibv_async_event *ev)
+{
+	struct vd_dev *d = (struct vd_dev *)ctx->device;
+	uint32_t down = __atomic_load_n(&d->rail->down, __ATOMIC_ACQUIRE);
+
+	if (down == d->seen_down) {
+		errno = EAGAIN;
+		return -1;
+	}
+	d->seen_down = down;
+	memset(ev, 0, sizeof(*ev));
+	ev->event_type = down ? IBV_EVENT_PORT_ERR : IBV_EVENT_PORT_ACTIVE;
+	ev->element.port_num = 1;
+	return 0;
+}
+
+void
+ibv_ack_async_event(struct ibv_async_event *ev)
+{
+	(void)ev;
+}
+
+const char *
+ibv_event_type_str(enum ibv_event_type ev)
+{
+	return ev == IBV_EVENT_PORT_ERR ? "port error" : "event";
+}
+
+/* ---- protection domains and memory ---- */
+
+struct ibv_pd *
+ibv_alloc_pd(struct ibv_context *ctx)
+{
+	struct ibv_pd *pd = calloc(1, sizeof(*pd));
+
+	if (pd != NULL)
+		pd->context = ctx;
+	return pd;
+}
+
+int
+ibv_dealloc_pd(struct ibv_pd *pd)
+{
+	free(pd);
+	return 0;
+}
+
+struct ibv_mr *
+ibv_reg_mr_iova2(struct ibv_pd *pd, void *addr, size_t len, uint64_t iova,
+		 unsigned int access)
+{
+	struct ibv_mr *mr;
+	unsigned int i;
+
+	(void)iova;
+	pthread_mutex_lock(&vd_lock);
+	for (i = 0; i < VD_MAX_MRS && mine->mr[i].key != 0; i++)
+		;
+	if (i == VD_MAX_MRS || (mr = calloc(1, sizeof(*mr))) == NULL) {
+		pthread_mutex_unlock(&vd_lock);
+		errno = ENOMEM;
+		return NULL;
+	}
+	key_gen = (key_gen + 1) & 0xfff;
+	mr->context = pd->context;
+	mr->pd = pd;
+	mr->addr = addr;
+	mr->length = len;
+	mr->lkey = mr->rkey = (i + 1) | (key_gen << 20);
+	mine->mr[i].access = access;
+	mine->mr[i].addr = (uint64_t)(uintptr_t)addr;
+	mine->mr[i].len = len;
+	__atomic_store_n(&mine->mr[i].key, mr->rkey, __ATOMIC_RELEASE);
+	pthread_mutex_unlock(&vd_lock);
+	return mr;
+}
+
+struct ibv_mr *
+ibv_reg_mr(struct ibv_pd *pd, void *addr, size_t len, int access)
+{
+	return ibv_reg_mr_iova2(pd, addr, len, (uint64_t)(uintptr_t)addr,
+				(unsigned int)access);
+}
+
+struct ibv_mr *
+ibv_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t off, size_t len, uint64_t iova,
+		  int fd, int access)
+{
+	(void)pd; (void)off; (void)len; (void)iova; (void)fd; (void)access;
+	errno = EOPNOTSUPP;
+	return NULL;
+}
+
+int
+ibv_dereg_mr(struct ibv_mr *mr)
+{
+	unsigned int i = (mr->lkey & 0xfffff) - 1;
+
+	pthread_mutex_lock(&vd_lock);
+	__atomic_store_n(&mine->mr[i].key, 0, __ATOMIC_RELEASE);
+	pthread_mutex_unlock(&vd_lock);
+	free(mr);
+	return 0;
+}
+
+/* The region of table t holding [addr, addr+len) under key with access. */
+static int
+mr_check(const struct vd_table *t, uint32_t key, uint64_t addr, uint64_t len,
+	 unsigned int access)
+{
+	unsigned int i = (key & 0xfffff) - 1;
+	const struct vd_rmr *m;
+
+	if (i >= VD_MAX_MRS)
+		return 0;
+	m = &t->mr[i];
+	return __atomic_load_n(&m->key, __ATOMIC_ACQUIRE) == key &&
+		addr >= m->addr && len <= m->len && addr - m->addr <= m->len - len &&
+		(access == 0 || (m->access & access) == access);
+}
+
+/* ---- completion queues ---- */
+
+struct ibv_cq *
+ibv_create_cq(struct ibv_context *ctx, int cqe, void *cq_context,
+	      struct ibv_comp_channel *channel, int comp_vector)
+{
+	struct vd_cq *c = calloc(1, sizeof(*c));
+
+	(void)cq_context; (void)channel; (void)comp_vector;
+	if (c == NULL)
+		return NULL;
+	c->size = (unsigned int)cqe;
+	c->wc = calloc(c->size, sizeof(c->wc[0]));
+	if (c->wc == NULL) {
+		free(c);
+		return NULL;
+	}
+	c->cq.context = ctx;
+	c->cq.cqe = cqe;
+	return &c->cq;
+}
+
+int
+ibv_destroy_cq(struct ibv_cq *cq)
+{
+	struct vd_cq *c = (struct vd_cq *)cq;
+
+	free(c->wc);
+	free(c);
+	return 0;
+}
+
+static void
+cq_push(struct ibv_cq *cq, uint64_t wr_id, enum ibv_wc_status st,
+	enum ibv_wc_opcode op, uint32_t len, uint32_t qpn)
+{
+	struct vd_cq *c = (struct vd_cq *)cq;
+	struct ibv_wc *w;
+
+	if (c->n == c->size) {
+		fprintf(stderr, "verbs double: completion queue overrun\n");
+		abort();
+	}
+	w = &c->wc[(c->head + c->n++) % c->size];
+	memset(w, 0, sizeof(*w));
+	w->wr_id = wr_id;
+	w->status = st;
+	w->opcode = op;
+	w->byte_len = len;
+	w->qp_num = qpn;
+}
+
+/* ---- queue pairs ---- */
+
+static struct vd_rqp *
+rqp_mine(const struct vd_qp *q)
+{
+	return &mine->qp[q->idx];
+}
+
+struct ibv_qp *
+ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *ia)
+{
+	struct vd_dev *d = (struct vd_dev *)pd->context->device;
+	struct vd_qp *q;
+	unsigned int i;
+
+	if (ia->qp_type != IBV_QPT_RC || ia->cap.max_inline_data > VD_INLINE) {
+		errno = EINVAL;
+		return NULL;
+	}
+	pthread_mutex_lock(&vd_lock);
+	for (i = 0; i < VD_MAX_QPS && mine->qp[i].used; i++)
+		;
+	q = i < VD_MAX_QPS ? calloc(1, sizeof(*q)) : NULL;
+	if (q != NULL)
+		q->sq = calloc(ia->cap.max_send_wr, sizeof(q->sq[0]));
+	if (q == NULL || q->sq == NULL) {
+		if (q != NULL)
+			free(q);
+		pthread_mutex_unlock(&vd_lock);
+		errno = ENOMEM;
+		return NULL;
+	}
+	memset(&mine->qp[i], 0, sizeof(mine->qp[i]));
+	mine->qp[i].used = 1;
+	mine->qp[i].state = IBV_QPS_RESET;
+	q->idx = i;
+	q->dev = d;
+	q->max_send = ia->cap.max_send_wr;
+	q->qp.context = pd->context;
+	q->qp.pd = pd;
+	q->qp.send_cq = ia->send_cq;
+	q->qp.recv_cq = ia->recv_cq;
+	q->qp.qp_num = i + 1;
+	q->qp.state = IBV_QPS_RESET;
+	q->qp.qp_type = IBV_QPT_RC;
+	q->next = d->qps;
+	d->qps = q;
+	pthread_mutex_unlock(&vd_lock);
+	return &q->qp;
+}
+
+/* Error state: flush the send queue (signalled requests complete with a
+ * flush error) and the posted receives. */
+static void
+qp_flush(struct vd_qp *q)
+{
+	struct vd_rqp *r = rqp_mine(q);
+	struct vd_swr *w;
+
+	while (q->sq_n > 0) {
+		w = &q->sq[q->sq_head];
+		q->sq_head = (q->sq_head + 1) % q->max_send;
+		q->sq_n--;
+		if (w->flags & IBV_SEND_SIGNALED)
+			cq_push(q->qp.send_cq, w->wr_id, IBV_WC_WR_FLUSH_ERR,
+				IBV_WC_SEND, 0, q->qp.qp_num);
+	}
+	while (r->rq_head != r->rq_tail) {
+		cq_push(q->qp.recv_cq, r->rq[r->rq_head % VD_RQ].wr_id,
+			IBV_WC_WR_FLUSH_ERR, IBV_WC_RECV, 0, q->qp.qp_num);
+		r->rq_head++;
+	}
+}
+
+static void
+qp_set_state(struct vd_qp *q, enum ibv_qp_state s)
+{
+	q->qp.state = s;
+	__atomic_store_n(&rqp_mine(q)->state, (uint32_t)s, __ATOMIC_RELEASE);
+}
+
+int
+ibv_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *a, int mask)
+{
+	struct vd_qp *q = (struct vd_qp *)qp;
+	struct vd_rqp *r;
+	uint32_t pid;
+	int ret = 0;
+
+	pthread_mutex_lock(&vd_lock);
+	r = rqp_mine(q);
+	if (!(mask & IBV_QP_STATE)) {
+		ret = EINVAL;
+		goto out;
+	}
+	switch (a->qp_state) {
+	case IBV_QPS_RESET:
+		q->sq_n = 0;
+		r->rq_head = r->rq_tail = 0;
+		r->rc_head = r->rc_tail = 0;
+		qp_set_state(q, IBV_QPS_RESET);
+		break;
+	case IBV_QPS_INIT:
+		if (qp->state != IBV_QPS_RESET ||
+		    (mask & (IBV_QP_PORT | IBV_QP_ACCESS_FLAGS)) !=
+		    (IBV_QP_PORT | IBV_QP_ACCESS_FLAGS)) {
+			ret = EINVAL;
+			break;
+		}
+		qp_set_state(q, IBV_QPS_INIT);
+		break;
+	case IBV_QPS_RTR:
+		if (qp->state != IBV_QPS_INIT || !(mask & IBV_QP_AV) ||
+		    !(mask & IBV_QP_DEST_QPN) || !(mask & IBV_QP_RQ_PSN) ||
+		    !a->ah_attr.is_global || a->dest_qp_num == 0 ||
+		    a->dest_qp_num > VD_MAX_QPS) {
+			ret = EINVAL;
+			break;
+		}
+		memcpy(&pid, a->ah_attr.grh.dgid.raw + 8, 4);
+		q->peer = (pid_t)pid;
+		q->dest_qpn = a->dest_qp_num;
+		r->rq_psn = a->rq_psn & 0xffffff;
+		qp_set_state(q, IBV_QPS_RTR);
+		break;
+	case IBV_QPS_RTS:
+		if (qp->state != IBV_QPS_RTR || !(mask & IBV_QP_SQ_PSN)) {
+			ret = EINVAL;
+			break;
+		}
+		q->sq_psn = a->sq_psn & 0xffffff;
+		qp_set_state(q, IBV_QPS_RTS);
+		break;
+	case IBV_QPS_ERR:
+		qp_set_state(q, IBV_QPS_ERR);
+		qp_flush(q);
+		break;
+	default:
+		ret = EINVAL;
+	}
+out:
+	pthread_mutex_unlock(&vd_lock);
+	errno = ret;
+	return ret;
+}
+
+int
+ibv_destroy_qp(struct ibv_qp *qp)
+{
+	struct vd_qp *q = (struct vd_qp *)qp, **pp;
+
+	pthread_mutex_lock(&vd_lock);
+	for (pp = &q->dev->qps; *pp != NULL; pp = &(*pp)->next) {
+		if (*pp == q) {
+			*pp = q->next;
+			break;
+		}
+	}
+	memset(rqp_mine(q), 0, sizeof(struct vd_rqp));
+	pthread_mutex_unlock(&vd_lock);
+	free(q->sq);
+	free(q);
+	return 0;
+}
+
+static int
+vd_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad)
+{
+	struct vd_qp *q = (struct vd_qp *)qp;
+	struct vd_swr *w;
+	int ret = 0;
+
+	pthread_mutex_lock(&vd_lock);
+	for (; wr != NULL; wr = wr->next) {
+		if ((qp->state != IBV_QPS_RTS && qp->state != IBV_QPS_ERR) ||
+		    q->sq_n == q->max_send || wr->num_sge != 1 ||
+		    ((wr->send_flags & IBV_SEND_INLINE) &&
+		     wr->sg_list[0].length > VD_INLINE)) {
+			ret = qp->state != IBV_QPS_RTS ? EINVAL : ENOMEM;
+			break;
+		}
+		if (!(wr->send_flags & IBV_SEND_INLINE) &&
+		    !mr_check(mine, wr->sg_list[0].lkey, wr->sg_list[0].addr,
+			      wr->sg_list[0].length, 0)) {
+			ret = EINVAL;
+			break;
+		}
+		w = &q->sq[(q->sq_head + q->sq_n++) % q->max_send];
+		w->wr_id = wr->wr_id;
+		w->opcode = wr->opcode;
+		w->flags = wr->send_flags;
+		w->local = wr->sg_list[0].addr;
+		w->len = wr->sg_list[0].length;
+		w->remote = wr->wr.rdma.remote_addr;
+		w->rkey = wr->wr.rdma.rkey;
+		w->posted_ns = now_ns();
+		if (wr->send_flags & IBV_SEND_INLINE)
+			memcpy(w->inl, (void *)(uintptr_t)w->local, w->len);
+		if (qp->state == IBV_QPS_ERR)
+			qp_flush(q);
+	}
+	pthread_mutex_unlock(&vd_lock);
+	if (ret != 0)
+		*bad = wr;
+	return ret;
+}
+
+static int
+vd_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad)
+{
+	struct vd_qp *q = (struct vd_qp *)qp;
+	struct vd_rqp *r;
+	int ret = 0;
+
+	pthread_mutex_lock(&vd_lock);
+	r = rqp_mine(q);
+	for (; wr != NULL; wr = wr->next) {
+		if (qp->state == IBV_QPS_RESET || wr->num_sge != 1 ||
+		    r->rq_tail - r->rq_head == VD_RQ) {
+			ret = EINVAL;
+			break;
+		}
+		r->rq[r->rq_tail % VD_RQ].wr_id = wr->wr_id;
+		r->rq[r->rq_tail % VD_RQ].addr = wr->sg_list[0].addr;
+		r->rq[r->rq_tail % VD_RQ].len = wr->sg_list[0].length;
+		__atomic_store_n(&r->rq_tail, r->rq_tail + 1, __ATOMIC_RELEASE);
+	}
+	pthread_mutex_unlock(&vd_lock);
+	if (ret != 0)
+		*bad = wr;
+	return ret;
+}
+
+/* ---- execution (requester side, when its completion queue is polled) */
+
+enum { DONE, WAIT, FAIL_RETRY, FAIL_ACCESS };
+
+static int
+move(pid_t pid, int write, uint64_t local, uint64_t remote, uint32_t len,
+     const uint8_t *inl)
+{
+	struct iovec l = { .iov_base = (void *)(uintptr_t)local, .iov_len = len };
+	struct iovec r = { .iov_base = (void *)(uintptr_t)remote, .iov_len = len };
+	ssize_t n;
+
+	if (len == 0)
+		return 0;
+	if (inl != NULL)
+		l.iov_base = (void *)(uintptr_t)inl;
+	n = write ? process_vm_writev(pid, &l, 1, &r, 1, 0) :
+		process_vm_readv(pid, &l, 1, &r, 1, 0);
+	return n == (ssize_t)len ? 0 : -1;
+}
+
+/* A process that died (or is dying: no memory left to copy to) answers
+ * nothing; the requester times out. */
+static int
+gone(pid_t pid)
+{
+	return errno == ESRCH || (kill(pid, 0) != 0 && errno == ESRCH);
+}
+
+/* Run the oldest request of q; enum above. */
+static int
+execute(struct vd_qp *q, struct vd_swr *w, uint64_t now)
+{
+	struct vd_rail *rail = q->dev->rail;
+	struct vd_table *t = table_of(q->peer);
+	struct vd_rqp *r;
+	uint32_t n, slot;
+	int timed_out = now - w->posted_ns > rail->retry_ms * 1000000ull;
+
+	/* No acknowledgement comes: retried until the retry count runs out. */
+	r = t != NULL && q->dest_qpn >= 1 ? &t->qp[q->dest_qpn - 1] : NULL;
+	if (__atomic_load_n(&rail->down, __ATOMIC_ACQUIRE) || r == NULL ||
+	    !r->used || __atomic_load_n(&r->state, __ATOMIC_ACQUIRE) < IBV_QPS_RTR ||
+	    __atomic_load_n(&r->state, __ATOMIC_ACQUIRE) == IBV_QPS_ERR ||
+	    r->rq_psn != q->sq_psn)
+		return timed_out ? FAIL_RETRY : WAIT;
+	if (rail->fail_after != 0 &&
+	    __atomic_sub_fetch(&rail->fail_after, 1, __ATOMIC_ACQ_REL) == 0)
+		return FAIL_RETRY;
+	if (rail->rate_mbps != 0) {
+		if (q->dev->budget_ns > now + 1000000)
+			return WAIT;
+		q->dev->budget_ns = (q->dev->budget_ns > now ? q->dev->budget_ns : now) +
+			(uint64_t)w->len * 8000 / rail->rate_mbps;
+	}
+	switch (w->opcode) {
+	case IBV_WR_RDMA_WRITE:
+	case IBV_WR_RDMA_READ:
+		if (!mr_check(t, w->rkey, w->remote, w->len,
+			      w->opcode == IBV_WR_RDMA_WRITE ?
+			      IBV_ACCESS_REMOTE_WRITE : IBV_ACCESS_REMOTE_READ) ||
+		    move(q->peer, w->opcode == IBV_WR_RDMA_WRITE, w->local,
+			 w->remote, w->len,
+			 (w->flags & IBV_SEND_INLINE) ? w->inl : NULL) < 0)
+			return gone(q->peer) ? (timed_out ? FAIL_RETRY : WAIT) :
+				FAIL_ACCESS;
+		break;
+	case IBV_WR_SEND:
+		if (r->rq_head == __atomic_load_n(&r->rq_tail, __ATOMIC_ACQUIRE))
+			return WAIT;	/* receiver not ready: retried */
+		slot = r->rq_head % VD_RQ;
+		if (r->rq[slot].len < w->len ||
+		    move(q->peer, 1, w->local, r->rq[slot].addr, w->len,
+			 (w->flags & IBV_SEND_INLINE) ? w->inl : NULL) < 0)
+			return gone(q->peer) ? (timed_out ? FAIL_RETRY : WAIT) :
+				FAIL_ACCESS;
+		n = r->rc_tail % VD_RQ;
+		r->rc[n].wr_id = r->rq[slot].wr_id;
+		r->rc[n].len = w->len;
+		r->rc[n].status = IBV_WC_SUCCESS;
+		r->rq_head++;
+		__atomic_store_n(&r->rc_tail, r->rc_tail + 1, __ATOMIC_RELEASE);
+		break;
+	default:
+		return FAIL_ACCESS;
+	}
+	r->rq_psn = (r->rq_psn + 1) & 0xffffff;
+	q->sq_psn = (q->sq_psn + 1) & 0xffffff;
+	__atomic_fetch_add(&rail->bytes, w->len, __ATOMIC_RELAXED);
+	__atomic_fetch_add(&rail->requests, 1, __ATOMIC_RELAXED);
+	return DONE;
+}
+
+static void
+progress(struct vd_qp *q, uint64_t now)
+{
+	struct vd_rqp *peer;
+	struct vd_table *t;
+	struct vd_swr *w;
+	int st;
+
+	while (q->qp.state == IBV_QPS_RTS && q->sq_n > 0) {
+		w = &q->sq[q->sq_head];
+		st = execute(q, w, now);
+		if (st == WAIT)
+			return;
+		q->sq_head = (q->sq_head + 1) % q->max_send;
+		q->sq_n--;
+		if (st == DONE) {
+			if (w->flags & IBV_SEND_SIGNALED)
+				cq_push(q->qp.send_cq, w->wr_id, IBV_WC_SUCCESS,
+					w->opcode == IBV_WR_RDMA_READ ?
+					IBV_WC_RDMA_READ : IBV_WC_RDMA_WRITE,
+					w->len, q->qp.qp_num);
+			continue;
+		}
+		/* An error completes whether signalled or not, and takes
+		 * the queue pair (and for an access error its responder)
+		 * to the error state. */
+		cq_push(q->qp.send_cq, w->wr_id, st == FAIL_RETRY ?
+			IBV_WC_RETRY_EXC_ERR : IBV_WC_REM_ACCESS_ERR,
+			IBV_WC_SEND, 0, q->qp.qp_num);
+		if (st == FAIL_ACCESS && (t = table_of(q->peer)) != NULL) {
+			peer = &t->qp[q->dest_qpn - 1];
+			__atomic_store_n(&peer->state, IBV_QPS_ERR, __ATOMIC_RELEASE);
+		}
+		qp_set_state(q, IBV_QPS_ERR);
+		qp_flush(q);
+	}
+}
+
+/* Receive completions the requesters left in our table. */
+static void
+harvest(struct vd_qp *q)
+{
+	struct vd_rqp *r = rqp_mine(q);
+	unsigned int n;
+
+	if (__atomic_load_n(&r->state, __ATOMIC_ACQUIRE) == IBV_QPS_ERR &&
+	    q->qp.state != IBV_QPS_ERR) {
+		/* A requester's access error ended us too. */
+		q->qp.state = IBV_QPS_ERR;
+		qp_flush(q);
+	}
+	while (r->rc_head != __atomic_load_n(&r->rc_tail, __ATOMIC_ACQUIRE)) {
+		n = r->rc_head % VD_RQ;
+		cq_push(q->qp.recv_cq, r->rc[n].wr_id, r->rc[n].status,
+			IBV_WC_RECV, r->rc[n].len, q->qp.qp_num);
+		r->rc_head++;
+	}
+}
+
+static int
+vd_poll_cq(struct ibv_cq *cq, int max, struct ibv_wc *wc)
+{
+	struct vd_cq *c = (struct vd_cq *)cq;
+	struct vd_dev *d = (struct vd_dev *)cq->context->device;
+	uint64_t now = now_ns();
+	struct vd_qp *q;
+	int n = 0;
+
+	pthread_mutex_lock(&vd_lock);
+	for (q = d->qps; q != NULL; q = q->next) {
+		if (q->qp.send_cq == cq)
+			progress(q, now);
+		if (q->qp.recv_cq == cq)
+			harvest(q);
+	}
+	while (n < max && c->n > 0) {
+		wc[n++] = c->wc[c->head];
+		c->head = (c->head + 1) % c->size;
+		c->n--;
+	}
+	pthread_mutex_unlock(&vd_lock);
+	return n;
+}
