@@ -18,6 +18,7 @@
 #include <rte_errno.h>
 
 #include "kvt.h"
+#include "kvt_pmd.h"
 #include "test_common.h"
 #ifdef KVT_HAVE_CUDA
 #include <cuda_runtime_api.h>
@@ -317,5 +318,48 @@ Test(nvlink, stale_completion_100k_rounds, .timeout = 600)
 	cr_assert_eq(mixed, 0);
 	cr_assert_eq(stale, 0);
 	cr_assert_eq(WEXITSTATUS(st), 0, "%s", out);
+#endif
+}
+
+/*
+ * What the RDMA transport needs from CUDA to put a NIC on GPU memory: each
+ * device's PCI address (the topology) and a dma-buf of device memory
+ * (ibv_reg_dmabuf_mr).  No NIC is needed to check them.
+ */
+Test(nvlink, gpu_facts_for_nics, .timeout = 120)
+{
+#ifdef KVT_HAVE_CUDA
+	char pci[32], path[96];
+	uint64_t off = 1;
+	void *m;
+	off_t end;
+	int fd = -1, ret;
+
+	need_two_gpus();
+	cr_assert_geq(tc_engine_init("--kvt-pmd nvlink"), 0);
+	cr_assert_geq(kvt_cuda_count(), 2);
+	cr_assert_eq(kvt_cuda_pci(1, pci, sizeof(pci)), 0);
+	snprintf(path, sizeof(path), "/sys/bus/pci/devices/%s", pci);
+	cr_assert_eq(access(path, F_OK), 0, "cuda:1 at %s: not in sysfs", pci);
+	m = kvt_mem_alloc(64 * MiB, "cuda:1");
+	cr_assert_not_null(m);
+	ret = kvt_mem_dmabuf((uint8_t *)m + 4196, 8 * MiB, &fd, &off);
+	if (ret == -ENOTSUP) {
+		kvt_mem_free(m);
+		kvt_fini();
+		cr_skip_test("the GPU driver exports no dma-buf here (GPUDirect RDMA would need nvidia_peermem)");
+	}
+	cr_assert_eq(ret, 0, "%s", strerror(-ret));
+	end = lseek(fd, 0, SEEK_END);
+	cr_log_info("cuda:1 at %s; dma-buf of 8 MiB: %lld bytes, offset %" PRIu64,
+		    pci, (long long)end, off);
+	/* Exported by whole host pages: addr lies 100 bytes into the first. */
+	cr_assert_eq(off, 100);
+	cr_assert_geq(end, (off_t)(8 * MiB + 100));
+	close(fd);
+	kvt_mem_free(m);
+	kvt_fini();
+#else
+	need_two_gpus();
 #endif
 }

@@ -1102,6 +1102,13 @@ issue_copies(struct nv_port *np, struct kvt_port *port,
 		if (ret < 0)
 			return ret;
 		last = l;
+		/* Whole submissions have no slices for the engine to count:
+		 * the bytes are counted here, when issued. */
+		if (x->op == KVT_OP_WRITE)
+			port->st.write_bytes += x->len;
+		else
+			port->st.read_bytes += x->len;
+		port->st.slices++;
 		r = x->rm->key[port->id];
 		rp = r->base + (x->remote - x->rm->base);
 		src = x->op == KVT_OP_WRITE ? (uintptr_t)x->local : (uintptr_t)rp;
