@@ -24,6 +24,7 @@
 #include <rte_errno.h>
 
 #include "kvt.h"
+#include "test_assert.h"
 #include "test_common.h"
 
 static char etcd[64];		/* host:port */
@@ -96,22 +97,6 @@ opts(char *buf, size_t len, const char *name, const char *c)
 	return buf;
 }
 
-static int
-xfer_ok(struct kvt_peer *p, void *local, uint64_t remote, uint64_t len)
-{
-	struct kvt_xfer x = { .op = KVT_OP_WRITE, .local = local,
-			      .remote = remote, .len = len };
-	struct kvt_batch *b = kvt_batch_alloc(1);
-	int ret = kvt_submit(b, p, &x, 1, NULL);
-
-	if (ret >= 0) {
-		cr_assert_eq(kvt_wait(b, 10000000), 0);
-		ret = kvt_status(b, 0);
-	}
-	kvt_batch_free(b);
-	return ret;
-}
-
 static uint64_t
 peer_alloc(struct tc_peer *t, uint64_t len)
 {
@@ -138,7 +123,7 @@ Test(meta, publish_resolve_and_disappear, .timeout = 120, .fini = etcd_stop)
 	p = kvt_peer_open("b", 5000);
 	cr_assert_not_null(p, "open by name: %s", rte_strerror(rte_errno));
 	tc_fill(src, sizeof(src), 1);
-	cr_assert_eq(xfer_ok(p, src, base, sizeof(src)), 0);
+	cr_assert_eq(tc_xfer1(p, KVT_OP_WRITE, src, base, sizeof(src), NULL, 10000000), 0);
 	/* Unknown names: ENOENT. */
 	cr_assert_null(kvt_peer_open("nobody", 5000));
 	cr_assert_eq(rte_errno, ENOENT);
@@ -148,7 +133,7 @@ Test(meta, publish_resolve_and_disappear, .timeout = 120, .fini = etcd_stop)
 	while (kvt_peer_state(p) == 0 && tc_now_us() - t0 < 5000000)
 		usleep(10000);
 	cr_assert_eq(kvt_peer_state(p), -ECONNRESET);
-	cr_assert_eq(xfer_ok(p, src, base, sizeof(src)), -ECONNRESET);
+	cr_assert_eq(tc_xfer1(p, KVT_OP_WRITE, src, base, sizeof(src), NULL, 10000000), -ECONNRESET);
 	kvt_peer_close(p);
 	t0 = tc_now_us();
 	for (;;) {
@@ -240,9 +225,9 @@ Test(meta, etcd_outage, .timeout = 120, .fini = etcd_stop)
 	private_port = 0;
 	/* Open peers keep transferring through the outage. */
 	tc_fill(src, sizeof(src), 2);
-	cr_assert_eq(xfer_ok(p, src, base, sizeof(src)), 0);
+	cr_assert_eq(tc_xfer1(p, KVT_OP_WRITE, src, base, sizeof(src), NULL, 10000000), 0);
 	usleep(1500000);
-	cr_assert_eq(xfer_ok(p, src, base, sizeof(src)), 0);
+	cr_assert_eq(tc_xfer1(p, KVT_OP_WRITE, src, base, sizeof(src), NULL, 10000000), 0);
 	cr_assert_eq(kvt_peer_state(p), 0);
 	/* New lookups fail, and say so. */
 	cr_assert_null(kvt_peer_open("b2", 2000));

@@ -19,6 +19,7 @@
 
 #include "kvt.h"
 #include "kvt_pmd.h"
+#include "test_assert.h"
 #include "test_common.h"
 #ifdef KVT_HAVE_CUDA
 #include <cuda_runtime_api.h>
@@ -48,24 +49,6 @@ need_two_gpus(void)
 #ifdef KVT_HAVE_CUDA
 
 static uint64_t
-peer_addr(struct tc_peer *t, const char *fmt, ...)
-	__attribute__((format(printf, 2, 3)));
-
-static uint64_t
-peer_addr(struct tc_peer *t, const char *fmt, ...)
-{
-	char cmd[256], buf[128];
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(cmd, sizeof(cmd), fmt, ap);
-	va_end(ap);
-	cr_assert_eq(tc_peer_cmd(t, buf, sizeof(buf), "%s", cmd), 0, "%s: %s",
-		     cmd, buf);
-	return strtoull(buf, NULL, 0);
-}
-
-static uint64_t
 peer_sum(struct tc_peer *t, uint64_t off, uint64_t len)
 {
 	char buf[128];
@@ -73,24 +56,6 @@ peer_sum(struct tc_peer *t, uint64_t off, uint64_t len)
 	cr_assert_eq(tc_peer_cmd(t, buf, sizeof(buf), "sum 0 %" PRIu64 " %" PRIu64,
 				 off, len), 0, "%s", buf);
 	return strtoull(buf, NULL, 16);
-}
-
-static int
-xfer1(struct kvt_peer *p, uint32_t op, void *local, uint64_t remote,
-      uint64_t len, const struct kvt_submit_opts *o)
-{
-	struct kvt_xfer x = { .op = op, .local = local, .remote = remote,
-			      .len = len };
-	struct kvt_batch *b = kvt_batch_alloc(1);
-	int ret;
-
-	ret = kvt_submit(b, p, &x, 1, o);
-	if (ret >= 0) {
-		cr_assert_eq(kvt_wait(b, 60000000), 0);
-		ret = kvt_status(b, 0);
-	}
-	kvt_batch_free(b);
-	return ret;
 }
 
 /* Our engine on GPU 0, a kvt-testpeer whose buffer is on GPU 1. */
@@ -104,7 +69,7 @@ setup(struct tc_peer *t, uint64_t len, uint8_t **local, uint64_t *remote)
 	*local = kvt_mem_alloc(len, "cuda:0");
 	cr_assert_not_null(*local, "cuda:0 alloc: %s", rte_strerror(rte_errno));
 	cr_assert_not_null(kvt_mem_register(*local, len, "cuda:0", 0));
-	*remote = peer_addr(t, "calloc 0 %" PRIu64 " rw 1", len);
+	*remote = tc_peer_u64(t, 0, "calloc 0 %" PRIu64 " rw 1", len);
 	p = kvt_peer_open(t->addr, 10000);
 	cr_assert_not_null(p, "open: %s", rte_strerror(rte_errno));
 	return p;
@@ -129,15 +94,15 @@ Test(nvlink, sizes_both_ways, .timeout = 600)
 	for (i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++, seed++) {
 		off = sizes[i] < MiB ? 4093 : 0;
 		cr_assert_eq(tc_cuda_fill(local + off, sizes[i], seed), 0);
-		cr_assert_eq(xfer1(p, KVT_OP_WRITE, local + off, remote + off,
-				   sizes[i], NULL), 0, "write %" PRIu64, sizes[i]);
+		cr_assert_eq(tc_xfer1(p, KVT_OP_WRITE, local + off, remote + off,
+				   sizes[i], NULL, 60000000), 0, "write %" PRIu64, sizes[i]);
 		cr_assert_eq(peer_sum(&t, off, sizes[i]),
 			     tc_cuda_hash(local + off, sizes[i]),
 			     "GPU0->GPU1 %" PRIu64 " B damaged", sizes[i]);
 		cr_assert_eq(tc_peer_cmd(&t, NULL, 0, "fill 0 %" PRIu64 " %" PRIu64 " %" PRIu64,
 					 off, sizes[i], seed + 100), 0);
-		cr_assert_eq(xfer1(p, KVT_OP_READ, local + off, remote + off,
-				   sizes[i], NULL), 0, "read %" PRIu64, sizes[i]);
+		cr_assert_eq(tc_xfer1(p, KVT_OP_READ, local + off, remote + off,
+				   sizes[i], NULL, 60000000), 0, "read %" PRIu64, sizes[i]);
 		cr_assert_eq(tc_cuda_hash(local + off, sizes[i]),
 			     peer_sum(&t, off, sizes[i]),
 			     "GPU1->GPU0 %" PRIu64 " B damaged", sizes[i]);
@@ -261,7 +226,7 @@ Test(nvlink, device_fence_stream_wait, .timeout = 300)
 	cr_assert_eq(tc_peer_num(&t, "arm 5 1234"), 0);
 	cr_assert_eq(tc_cuda_fill(local, MiB, 9), 0);
 	o.fence = (struct kvt_fence_ref){ .table = ft, .slot = 5, .room = 1234 };
-	cr_assert_eq(xfer1(p, KVT_OP_WRITE, local, remote, MiB, &o), 0);
+	cr_assert_eq(tc_xfer1(p, KVT_OP_WRITE, local, remote, MiB, &o, 60000000), 0);
 	cr_assert_eq(tc_peer_cmd(&t, buf, sizeof(buf), "fwaitstream 5 5000000"), 0);
 	cr_assert_eq(sscanf(buf, "%u %u", &ret, &st), 2);
 	cr_assert_eq(ret, 0);

@@ -22,6 +22,7 @@
 #include "kvt_private.h"
 #include "../pmd/rdma/rdma.h"
 #include "sysfs_tree.h"
+#include "test_assert.h"
 #include "test_common.h"
 #include "verbs_double.h"
 
@@ -48,42 +49,6 @@ rails_fini(void)
 	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
 	if (dir[0] != '\0' && system(cmd) != 0)
 		fprintf(stderr, "cannot remove %s\n", dir);
-}
-
-static uint64_t
-peer_u64(struct tc_peer *t, int base, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-
-static uint64_t
-peer_u64(struct tc_peer *t, int base, const char *fmt, ...)
-{
-	char cmd[256], buf[128];
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(cmd, sizeof(cmd), fmt, ap);
-	va_end(ap);
-	cr_assert_eq(tc_peer_cmd(t, buf, sizeof(buf), "%s", cmd), 0, "%s: %s",
-		     cmd, buf);
-	return strtoull(buf, NULL, base);
-}
-
-static int
-xfer1(struct kvt_peer *p, uint32_t op, void *local, uint64_t remote,
-      uint64_t len, const struct kvt_submit_opts *o)
-{
-	struct kvt_xfer x = { .op = op, .local = local, .remote = remote,
-			      .len = len };
-	struct kvt_batch *b = kvt_batch_alloc(1);
-	int ret;
-
-	ret = kvt_submit(b, p, &x, 1, o);
-	if (ret >= 0) {
-		cr_assert_eq(kvt_wait(b, 30000000), 0);
-		ret = kvt_status(b, 0);
-	}
-	kvt_batch_free(b);
-	return ret;
 }
 
 /* Write n blocks of len from src to base (block i to base + i * len) as
@@ -132,15 +97,6 @@ port_bytes(const char *name)
 
 	cr_assert_eq(kvt_port_stats((unsigned int)port_of(name), &st), 0);
 	return st.write_bytes + st.read_bytes;
-}
-
-static struct kvt_peer *
-open_peer(struct tc_peer *t)
-{
-	struct kvt_peer *p = kvt_peer_open(t->addr, 5000);
-
-	cr_assert_not_null(p, "open %s: %s", t->addr, rte_strerror(rte_errno));
-	return p;
 }
 
 /* ---- the handshake's encoding ---- */
@@ -236,14 +192,10 @@ Test(rdma, no_device, .fini = rails_fini)
 Test(rdma, data_fence_notify, .timeout = 120, .fini = rails_fini)
 {
 	static const uint64_t sizes[] = { 1, 60, 4095, 65536, MiB + 7, 16 * MiB };
-	struct kvt_submit_opts o = { .flags = KVT_SUBMIT_FENCE,
-				     .notify = "done", .notify_len = 4 };
 	struct tc_peer t;
 	struct kvt_peer *p;
 	uint8_t *src;
 	uint64_t base, ft;
-	unsigned int i;
-	char buf[256];
 
 	rails("mlx5_0,mlx5_1");
 	cr_assert_geq(tc_engine_init(OPTS), 0);
@@ -251,29 +203,15 @@ Test(rdma, data_fence_notify, .timeout = 120, .fini = rails_fini)
 	cr_assert_eq(tc_peer_start(&t, OPTS), 0);
 	src = malloc(16 * MiB + 64);
 	cr_assert_not_null(kvt_mem_register(src, 16 * MiB + 64, NULL, 0));
-	base = peer_u64(&t, 0, "alloc 0 %" PRIu64 " rw", 16 * MiB + 64);
-	ft = peer_u64(&t, 0, "fence 4");
-	p = open_peer(&t);
-	for (i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
-		tc_fill(src + 3, sizes[i], i + 1);
-		cr_assert_eq(xfer1(p, KVT_OP_WRITE, src + 3, base + 5, sizes[i],
-				   NULL), 0);
-		cr_assert_eq(peer_u64(&t, 16, "sum 0 5 %" PRIu64, sizes[i]),
-			     tc_hash(src + 3, sizes[i]), "write %" PRIu64, sizes[i]);
-		memset(src, 0, sizes[i]);
-		cr_assert_eq(xfer1(p, KVT_OP_READ, src, base + 5, sizes[i], NULL), 0);
-		cr_assert_eq(peer_u64(&t, 16, "sum 0 5 %" PRIu64, sizes[i]),
-			     tc_hash(src, sizes[i]), "read %" PRIu64, sizes[i]);
-	}
+	base = tc_peer_u64(&t, 0, "alloc 0 %" PRIu64 " rw", 16 * MiB + 64);
+	ft = tc_peer_u64(&t, 0, "fence 4");
+	p = tc_open_peer(&t);
+	tc_sizes_both_ways(&t, p, src, base, sizes,
+			   sizeof(sizes) / sizeof(sizes[0]), 30000000);
 	/* One 16 MiB request was striped over both rails. */
 	cr_assert_gt(port_bytes("rdma:mlx5_0"), 4 * MiB);
 	cr_assert_gt(port_bytes("rdma:mlx5_1"), 4 * MiB);
-	cr_assert_eq(peer_u64(&t, 10, "arm 2 31"), 0);
-	o.fence = (struct kvt_fence_ref){ .table = ft, .slot = 2, .room = 31 };
-	cr_assert_eq(xfer1(p, KVT_OP_WRITE, src, base, MiB, &o), 0);
-	cr_assert_eq(peer_u64(&t, 10, "fwait 2 5000000"), 0);
-	cr_assert_eq(tc_peer_cmd(&t, buf, sizeof(buf), "notes 200000"), 0);
-	cr_assert(strstr(buf, "done@") != NULL, "notification: '%s'", buf);
+	tc_fence_then_note(&t, p, src, base, MiB, ft);
 	kvt_peer_close(p);
 	tc_peer_stop(&t);
 	kvt_fini();
@@ -301,8 +239,8 @@ Test(rdma, notified_rounds, .timeout = 120, .fini = rails_fini)
 	cr_assert_eq(tc_peer_start(&t, OPTS), 0);
 	src = malloc(rounds * round);
 	cr_assert_not_null(kvt_mem_register(src, rounds * round, NULL, 0));
-	base = peer_u64(&t, 0, "alloc 0 %" PRIu64 " w", rounds * round);
-	p = open_peer(&t);
+	base = tc_peer_u64(&t, 0, "alloc 0 %" PRIu64 " w", rounds * round);
+	p = tc_open_peer(&t);
 	b = kvt_batch_alloc(blocks);
 	tc_peer_send(&t, "watch %u 0 20000000", rounds);
 	for (r = 0; r < rounds; r++) {
@@ -359,8 +297,8 @@ Test(rdma, topology_keeps_bytes_near, .timeout = 120, .fini = rails_fini)
 	cr_assert_eq(tc_peer_start(&t, OPTS), 0);
 	cr_assert_not_null(kvt_mem_register(src, 32 * MiB, "cpu:0", 0));
 	cr_assert_not_null(kvt_mem_register(src + 32 * MiB, 32 * MiB, "cpu:1", 0));
-	base = peer_u64(&t, 0, "alloc 0 %" PRIu64 " w", 64 * MiB);
-	p = open_peer(&t);
+	base = tc_peer_u64(&t, 0, "alloc 0 %" PRIu64 " w", 64 * MiB);
+	p = tc_open_peer(&t);
 	tc_fill(src, 64 * MiB, 5);
 	cr_assert_eq(write_blocks(p, src, base, 32, MiB, 30000000), 0);
 	b0 = port_bytes("rdma:mlx5_0");
@@ -373,7 +311,7 @@ Test(rdma, topology_keeps_bytes_near, .timeout = 120, .fini = rails_fini)
 	cr_assert_eq(write_blocks(p, src + 32 * MiB, base + 32 * MiB, 32, MiB,
 				  30000000), 0);
 	cr_assert_eq(port_bytes("rdma:mlx5_2"), 32 * MiB);
-	cr_assert_eq(peer_u64(&t, 16, "sum 0 0 %" PRIu64, 64 * MiB),
+	cr_assert_eq(tc_peer_u64(&t, 16, "sum 0 0 %" PRIu64, 64 * MiB),
 		     tc_hash(src, 64 * MiB));
 	kvt_peer_close(p);
 	tc_peer_stop(&t);
@@ -396,8 +334,8 @@ Test(rdma, striping_follows_rate, .timeout = 120, .fini = rails_fini)
 	cr_assert_geq(tc_engine_init(OPTS), 0);
 	cr_assert_eq(tc_peer_start(&t, OPTS), 0);
 	cr_assert_not_null(kvt_mem_register(src, MiB, NULL, 0));
-	base = peer_u64(&t, 0, "alloc 0 %" PRIu64 " w", 64 * MiB);
-	p = open_peer(&t);
+	base = tc_peer_u64(&t, 0, "alloc 0 %" PRIu64 " w", 64 * MiB);
+	p = tc_open_peer(&t);
 	for (r = 0; r < 40; r++)
 		cr_assert_eq(write_blocks(p, src, base, 1, MiB, 30000000), 0);
 	for (r = 0; r < 8; r++) {
@@ -445,8 +383,8 @@ Test(rdma, rail_down_and_back, .timeout = 120, .fini = rails_fini)
 	cr_assert_geq(tc_engine_init(OPTS), 0);
 	cr_assert_eq(tc_peer_start(&t, OPTS), 0);
 	cr_assert_not_null(kvt_mem_register(src, n * MiB / 4, NULL, 0));
-	base = peer_u64(&t, 0, "alloc 0 %" PRIu64 " w", n * MiB / 4);
-	p = open_peer(&t);
+	base = tc_peer_u64(&t, 0, "alloc 0 %" PRIu64 " w", n * MiB / 4);
+	p = tc_open_peer(&t);
 	tc_fill(src, n * MiB / 4, 77);
 	for (i = 0; i < n; i++)
 		x[i] = (struct kvt_xfer){ .op = KVT_OP_WRITE, .local = src + i * MiB / 4,
@@ -459,7 +397,7 @@ Test(rdma, rail_down_and_back, .timeout = 120, .fini = rails_fini)
 	for (i = 0; i < n; i++)
 		cr_assert_eq(kvt_status(b, i), 0, "request %u: %s", i,
 			     strerror(-kvt_status(b, i)));
-	cr_assert_eq(peer_u64(&t, 16, "sum 0 0 %" PRIu64, n * MiB / 4),
+	cr_assert_eq(tc_peer_u64(&t, 16, "sum 0 0 %" PRIu64, n * MiB / 4),
 		     tc_hash(src, n * MiB / 4));
 	cr_assert_eq(kvt_port_stats((unsigned int)port_of("rdma:mlx5_1"), &st), 0);
 	cr_log_info("mlx5_1: %" PRIu64 " slices, %" PRIu64 " moved away",
@@ -504,15 +442,15 @@ Test(rdma, single_error_recovers, .timeout = 120, .fini = rails_fini)
 	cr_assert_geq(tc_engine_init(OPTS), 0);
 	cr_assert_eq(tc_peer_start(&t, OPTS), 0);
 	cr_assert_not_null(kvt_mem_register(src, 32 * MiB, NULL, 0));
-	base = peer_u64(&t, 0, "alloc 0 %" PRIu64 " w", 32 * MiB);
-	p = open_peer(&t);
+	base = tc_peer_u64(&t, 0, "alloc 0 %" PRIu64 " w", 32 * MiB);
+	p = tc_open_peer(&t);
 	for (r = 0; r < 20; r++) {
 		if (r == 2)
 			vd_rail("mlx5_0")->fail_after = 7;
 		tc_fill(src, 32 * MiB, r);
 		cr_assert_eq(write_blocks(p, src, base, 32, MiB, 30000000), 0,
 			     "round %u", r);
-		cr_assert_eq(peer_u64(&t, 16, "sum 0 0 %" PRIu64, 32 * MiB),
+		cr_assert_eq(tc_peer_u64(&t, 16, "sum 0 0 %" PRIu64, 32 * MiB),
 			     tc_hash(src, 32 * MiB), "round %u", r);
 	}
 	kvt_peer_close(p);
@@ -534,8 +472,8 @@ Test(rdma, all_rails_down, .timeout = 120, .fini = rails_fini)
 	cr_assert_geq(tc_engine_init(OPTS), 0);
 	cr_assert_eq(tc_peer_start(&t, OPTS), 0);
 	cr_assert_not_null(kvt_mem_register(src, 8 * MiB, NULL, 0));
-	base = peer_u64(&t, 0, "alloc 0 %" PRIu64 " w", 8 * MiB);
-	p = open_peer(&t);
+	base = tc_peer_u64(&t, 0, "alloc 0 %" PRIu64 " w", 8 * MiB);
+	p = tc_open_peer(&t);
 	cr_assert_eq(write_blocks(p, src, base, 8, MiB, 30000000), 0);
 	vd_rail("mlx5_0")->down = 1;
 	vd_rail("mlx5_1")->down = 1;
@@ -573,8 +511,8 @@ Test(rdma, peer_killed, .timeout = 120, .fini = rails_fini)
 	cr_assert_geq(tc_engine_init(OPTS), 0);
 	cr_assert_eq(tc_peer_start(&t, OPTS), 0);
 	cr_assert_not_null(kvt_mem_register(src, MiB, NULL, 0));
-	base = peer_u64(&t, 0, "alloc 0 %" PRIu64 " w", (uint64_t)n * MiB);
-	p = open_peer(&t);
+	base = tc_peer_u64(&t, 0, "alloc 0 %" PRIu64 " w", (uint64_t)n * MiB);
+	p = tc_open_peer(&t);
 	for (i = 0; i < n; i++)
 		x[i] = (struct kvt_xfer){ .op = KVT_OP_WRITE, .local = src,
 					  .remote = base + (uint64_t)i * MiB,
@@ -598,11 +536,11 @@ Test(rdma, peer_killed, .timeout = 120, .fini = rails_fini)
 	vd_rail("mlx5_0")->rate_mbps = 0;
 	vd_rail("mlx5_1")->rate_mbps = 0;
 	cr_assert_eq(tc_peer_start(&t, OPTS), 0);
-	base = peer_u64(&t, 0, "alloc 0 %" PRIu64 " w", MiB);
-	p = open_peer(&t);
+	base = tc_peer_u64(&t, 0, "alloc 0 %" PRIu64 " w", MiB);
+	p = tc_open_peer(&t);
 	tc_fill(src, MiB, 3);
-	cr_assert_eq(xfer1(p, KVT_OP_WRITE, src, base, MiB, NULL), 0);
-	cr_assert_eq(peer_u64(&t, 16, "sum 0 0 %" PRIu64, MiB), tc_hash(src, MiB));
+	cr_assert_eq(tc_xfer1(p, KVT_OP_WRITE, src, base, MiB, NULL, 30000000), 0);
+	cr_assert_eq(tc_peer_u64(&t, 16, "sum 0 0 %" PRIu64, MiB), tc_hash(src, MiB));
 	kvt_peer_close(p);
 	tc_peer_stop(&t);
 	kvt_fini();

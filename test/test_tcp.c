@@ -22,68 +22,20 @@
 
 #include "kvt.h"
 #include "kvt_private.h"
+#include "test_assert.h"
 #include "test_common.h"
 
 #define MiB ((uint64_t)1 << 20)
 #define OPTS "--kvt-pmd tcp --kvt-nic lo"
 
-static struct kvt_peer *
-open_peer(struct tc_peer *t)
-{
-	struct kvt_peer *p = kvt_peer_open(t->addr, 5000);
-
-	cr_assert_not_null(p, "open %s: %s", t->addr, rte_strerror(rte_errno));
-	return p;
-}
-
-static int
-xfer1(struct kvt_peer *p, uint32_t op, void *local, uint64_t remote,
-      uint64_t len, const struct kvt_submit_opts *o)
-{
-	struct kvt_xfer x = { .op = op, .local = local, .remote = remote,
-			      .len = len };
-	struct kvt_batch *b = kvt_batch_alloc(1);
-	int ret;
-
-	ret = kvt_submit(b, p, &x, 1, o);
-	if (ret >= 0) {
-		cr_assert_eq(kvt_wait(b, 30000000), 0);
-		ret = kvt_status(b, 0);
-	}
-	kvt_batch_free(b);
-	return ret;
-}
-
-static uint64_t
-peer_u64(struct tc_peer *t, int base, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-
-static uint64_t
-peer_u64(struct tc_peer *t, int base, const char *fmt, ...)
-{
-	char cmd[256], buf[128];
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(cmd, sizeof(cmd), fmt, ap);
-	va_end(ap);
-	cr_assert_eq(tc_peer_cmd(t, buf, sizeof(buf), "%s", cmd), 0, "%s: %s",
-		     cmd, buf);
-	return strtoull(buf, NULL, base);
-}
-
 Test(tcp, data_fence_notify, .timeout = 120)
 {
 	static const uint64_t sizes[] = { 1, 4095, 65536, MiB + 7, 32 * MiB };
-	struct kvt_submit_opts o = { .flags = KVT_SUBMIT_FENCE,
-				     .notify = "done", .notify_len = 4 };
 	struct kvt_port_info pi;
 	struct tc_peer t;
 	struct kvt_peer *p;
 	uint8_t *src;
 	uint64_t base, ft;
-	unsigned int i;
-	char buf[256];
 
 	cr_assert_geq(tc_engine_init(OPTS), 0);
 	cr_assert_eq(kvt_port_count(), 1);
@@ -92,26 +44,12 @@ Test(tcp, data_fence_notify, .timeout = 120)
 	cr_assert_eq(tc_peer_start(&t, OPTS), 0);
 	src = malloc(32 * MiB + 64);
 	cr_assert_not_null(kvt_mem_register(src, 32 * MiB + 64, NULL, 0));
-	base = peer_u64(&t, 0, "alloc 0 %" PRIu64 " rw", 32 * MiB + 64);
-	ft = peer_u64(&t, 0, "fence 4");
-	p = open_peer(&t);
-	for (i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
-		tc_fill(src + 3, sizes[i], i + 1);
-		cr_assert_eq(xfer1(p, KVT_OP_WRITE, src + 3, base + 5, sizes[i],
-				   NULL), 0);
-		cr_assert_eq(peer_u64(&t, 16, "sum 0 5 %" PRIu64, sizes[i]),
-			     tc_hash(src + 3, sizes[i]), "write %" PRIu64, sizes[i]);
-		memset(src, 0, sizes[i]);
-		cr_assert_eq(xfer1(p, KVT_OP_READ, src, base + 5, sizes[i], NULL), 0);
-		cr_assert_eq(peer_u64(&t, 16, "sum 0 5 %" PRIu64, sizes[i]),
-			     tc_hash(src, sizes[i]), "read %" PRIu64, sizes[i]);
-	}
-	cr_assert_eq(peer_u64(&t, 10, "arm 2 31"), 0);
-	o.fence = (struct kvt_fence_ref){ .table = ft, .slot = 2, .room = 31 };
-	cr_assert_eq(xfer1(p, KVT_OP_WRITE, src, base, MiB, &o), 0);
-	cr_assert_eq(peer_u64(&t, 10, "fwait 2 5000000"), 0);
-	cr_assert_eq(tc_peer_cmd(&t, buf, sizeof(buf), "notes 200000"), 0);
-	cr_assert(strstr(buf, "done@") != NULL, "notification: '%s'", buf);
+	base = tc_peer_u64(&t, 0, "alloc 0 %" PRIu64 " rw", 32 * MiB + 64);
+	ft = tc_peer_u64(&t, 0, "fence 4");
+	p = tc_open_peer(&t);
+	tc_sizes_both_ways(&t, p, src, base, sizes,
+			   sizeof(sizes) / sizeof(sizes[0]), 30000000);
+	tc_fence_then_note(&t, p, src, base, MiB, ft);
 	kvt_peer_close(p);
 	tc_peer_stop(&t);
 	kvt_fini();
@@ -134,8 +72,8 @@ Test(tcp, peer_killed, .timeout = 120)
 	cr_assert_geq(tc_engine_init(OPTS), 0);
 	cr_assert_eq(tc_peer_start(&t, OPTS), 0);
 	cr_assert_not_null(kvt_mem_register(src, MiB, NULL, 0));
-	base = peer_u64(&t, 0, "alloc 0 %" PRIu64 " w", (uint64_t)n * MiB);
-	p = open_peer(&t);
+	base = tc_peer_u64(&t, 0, "alloc 0 %" PRIu64 " w", (uint64_t)n * MiB);
+	p = tc_open_peer(&t);
 	for (i = 0; i < n; i++)
 		x[i] = (struct kvt_xfer){ .op = KVT_OP_WRITE, .local = src,
 			.remote = base + (uint64_t)i * MiB, .len = MiB };
@@ -293,7 +231,7 @@ Test(tcp, hostile_frames_refused, .timeout = 120)
 
 	cr_assert_geq(tc_engine_init(OPTS), 0);
 	cr_assert_eq(tc_peer_start(&t, OPTS), 0);
-	base = peer_u64(&t, 0, "alloc 0 65536 rw");
+	base = tc_peer_u64(&t, 0, "alloc 0 65536 rw");
 	handshake(t.addr, token, &dport);
 
 	/* A token nobody issued: hung up on. */
@@ -341,7 +279,7 @@ Test(tcp, hostile_frames_refused, .timeout = 120)
 	xsend(fd, payload, sizeof(payload));
 	cr_assert_eq(xrecv(fd, &r, sizeof(r)), 0);
 	cr_assert_eq(r.status, 0);
-	cr_assert_eq(peer_u64(&t, 16, "sum 0 0 4096"), tc_hash(payload, 4096));
+	cr_assert_eq(tc_peer_u64(&t, 16, "sum 0 0 4096"), tc_hash(payload, 4096));
 	/* Garbage type, then a truncated header: hung up on. */
 	memset(&f, 0, sizeof(f));
 	f.type = 77;
@@ -353,13 +291,13 @@ Test(tcp, hostile_frames_refused, .timeout = 120)
 	close(fd);
 	/* The target still serves a real engine. */
 	{
-		struct kvt_peer *p = open_peer(&t);
+		struct kvt_peer *p = tc_open_peer(&t);
 		static uint8_t src[4096];
 
 		cr_assert_not_null(kvt_mem_register(src, sizeof(src), NULL, 0));
 		tc_fill(src, sizeof(src), 3);
-		cr_assert_eq(xfer1(p, KVT_OP_WRITE, src, base + 4096, 4096, NULL), 0);
-		cr_assert_eq(peer_u64(&t, 16, "sum 0 4096 4096"), tc_hash(src, 4096));
+		cr_assert_eq(tc_xfer1(p, KVT_OP_WRITE, src, base + 4096, 4096, NULL, 30000000), 0);
+		cr_assert_eq(tc_peer_u64(&t, 16, "sum 0 4096 4096"), tc_hash(src, 4096));
 		kvt_peer_close(p);
 	}
 	tc_peer_stop(&t);

@@ -17,6 +17,7 @@
 #include <rte_errno.h>
 
 #include "kvt.h"
+#include "test_assert.h"
 #include "test_common.h"
 
 #define MiB ((uint64_t)1 << 20)
@@ -60,35 +61,6 @@ peer_sum(struct tc_peer *t, unsigned int id, uint64_t off, uint64_t len)
 	return strtoull(buf, NULL, 16);
 }
 
-static struct kvt_peer *
-open_peer(struct tc_peer *t)
-{
-	struct kvt_peer *p = kvt_peer_open(t->addr, 5000);
-
-	cr_assert_not_null(p, "open %s: %s", t->addr, rte_strerror(rte_errno));
-	return p;
-}
-
-/* One request, waited for; @return its status. */
-static int
-xfer1(struct kvt_peer *p, uint32_t op, void *local, uint64_t remote,
-      uint64_t len, const struct kvt_submit_opts *o)
-{
-	struct kvt_xfer x = { .op = op, .local = local, .remote = remote,
-			      .len = len };
-	struct kvt_batch *b = kvt_batch_alloc(1);
-	int ret;
-
-	cr_assert_not_null(b);
-	ret = kvt_submit(b, p, &x, 1, o);
-	if (ret >= 0) {
-		cr_assert_eq(kvt_wait(b, WAIT_US), 0);
-		ret = kvt_status(b, 0);
-	}
-	kvt_batch_free(b);
-	return ret;
-}
-
 static void
 start(struct tc_peer *t, const char *engine_opts, const char *peer_opts)
 {
@@ -114,13 +86,13 @@ sizes_roundtrip(const char *how)
 	start(&t, "--kvt-pmd shm", "--kvt-pmd shm");
 	local_alloc(&src, cap, 0);
 	base = peer_alloc(&t, 0, cap, how, "rw");
-	p = open_peer(&t);
+	p = tc_open_peer(&t);
 	for (i = 0; i < DIM(sizes); i++) {
 		for (j = 0; j < DIM(offs); j++, seed++) {
 			off = offs[j];
 			tc_fill(src.p + off, sizes[i], seed);
-			cr_assert_eq(xfer1(p, KVT_OP_WRITE, src.p + off,
-					   base + off * 3, sizes[i], NULL), 0);
+			cr_assert_eq(tc_xfer1(p, KVT_OP_WRITE, src.p + off,
+					   base + off * 3, sizes[i], NULL, WAIT_US), 0);
 			cr_assert_eq(peer_sum(&t, 0, off * 3, sizes[i]),
 				     tc_hash(src.p + off, sizes[i]),
 				     "write %s %" PRIu64 " B at +%" PRIu64, how,
@@ -128,8 +100,8 @@ sizes_roundtrip(const char *how)
 			cr_assert_eq(tc_peer_cmd(&t, NULL, 0, "fill 0 %" PRIu64 " %" PRIu64 " %" PRIu64,
 						 off, sizes[i], seed + 1000), 0);
 			memset(src.p + off * 2, 0, sizes[i]);
-			cr_assert_eq(xfer1(p, KVT_OP_READ, src.p + off * 2,
-					   base + off, sizes[i], NULL), 0);
+			cr_assert_eq(tc_xfer1(p, KVT_OP_READ, src.p + off * 2,
+					   base + off, sizes[i], NULL, WAIT_US), 0);
 			cr_assert_eq(tc_hash(src.p + off * 2, sizes[i]),
 				     peer_sum(&t, 0, off, sizes[i]),
 				     "read %s %" PRIu64 " B at +%" PRIu64, how,
@@ -164,9 +136,9 @@ Test(xfer, striped_ports, .timeout = 120)
 	start(&t, "--kvt-pmd shm,ports=2", "--kvt-pmd shm,ports=2");
 	local_alloc(&src, 32 * MiB, 0);
 	base = peer_alloc(&t, 0, 32 * MiB, "alloc", "rw");
-	p = open_peer(&t);
+	p = tc_open_peer(&t);
 	tc_fill(src.p, src.len, 77);
-	cr_assert_eq(xfer1(p, KVT_OP_WRITE, src.p, base, src.len, NULL), 0);
+	cr_assert_eq(tc_xfer1(p, KVT_OP_WRITE, src.p, base, src.len, NULL, WAIT_US), 0);
 	cr_assert_eq(peer_sum(&t, 0, 0, src.len), tc_hash(src.p, src.len));
 	for (i = 0; i < kvt_port_count(); i++) {
 		cr_assert_eq(kvt_port_stats(i, &st), 0);
@@ -228,7 +200,7 @@ Test(xfer, concurrent_batches_two_threads, .timeout = 120)
 	start(&t, "--kvt-pmd shm", "--kvt-pmd shm");
 	local_alloc(&src, 2 * half, 0);
 	base = peer_alloc(&t, 0, 2 * half, "alloc", "w");
-	p = open_peer(&t);
+	p = tc_open_peer(&t);
 	for (i = 0; i < 2; i++) {
 		w[i] = (struct thr){ .p = p, .src = src.p + i * half,
 			.remote = base + i * half, .len = half,
@@ -260,11 +232,11 @@ Test(xfer, three_engines, .timeout = 120)
 	local_alloc(&src, 4 * MiB, 0);
 	ba = peer_alloc(&a, 0, 4 * MiB, "alloc", "rw");
 	bb = peer_alloc(&b, 0, 8 * MiB, "alloc", "rw");
-	pa = open_peer(&a);
-	pb = open_peer(&b);
+	pa = tc_open_peer(&a);
+	pb = tc_open_peer(&b);
 	tc_fill(src.p, src.len, 5);
-	cr_assert_eq(xfer1(pa, KVT_OP_WRITE, src.p, ba, src.len, NULL), 0);
-	cr_assert_eq(xfer1(pb, KVT_OP_WRITE, src.p, bb, src.len, NULL), 0);
+	cr_assert_eq(tc_xfer1(pa, KVT_OP_WRITE, src.p, ba, src.len, NULL, WAIT_US), 0);
+	cr_assert_eq(tc_xfer1(pb, KVT_OP_WRITE, src.p, bb, src.len, NULL, WAIT_US), 0);
 	cr_assert_eq(tc_peer_cmd(&a, buf, sizeof(buf), "open %s", b.addr), 0, "%s", buf);
 	cr_assert_eq(tc_peer_num(&a, "write 0 0 %" PRIx64 " %" PRIu64,
 				 bb + 4 * MiB, 4 * MiB), 0);
@@ -323,7 +295,7 @@ Test(xfer, validation_errors, .timeout = 120)
 	wo = peer_alloc(&t, 2, MiB, "alloc", "w");
 	cr_assert_eq(tc_peer_cmd(&t, buf, sizeof(buf), "fence 4"), 0);
 	ft = strtoull(buf, NULL, 0);
-	p = open_peer(&t);
+	p = tc_open_peer(&t);
 	b = kvt_batch_alloc(2);
 	before = slices_total();
 
@@ -395,7 +367,7 @@ Test(xfer, overlap_refused, .timeout = 120)
 	start(&t, "--kvt-pmd shm", "--kvt-pmd shm");
 	local_alloc(&src, 64 * MiB, 0);
 	base = peer_alloc(&t, 0, 128 * MiB, "alloc", "rw");
-	p = open_peer(&t);
+	p = tc_open_peer(&t);
 	b1 = kvt_batch_alloc(8);
 	b2 = kvt_batch_alloc(8);
 	cr_assert_eq(submit1(b1, p, KVT_OP_WRITE, src.p, base, 64 * MiB, NULL), 0);
@@ -457,7 +429,7 @@ fences(const char *pmd)
 	start(&t, pmd, pmd);
 	local_alloc(&src, 8 * MiB, 0);
 	base = peer_alloc(&t, 0, 8 * MiB, "alloc", "rw");
-	p = open_peer(&t);
+	p = tc_open_peer(&t);
 	/* Created after the open: it reaches us as a region update. */
 	cr_assert_eq(tc_peer_cmd(&t, buf, sizeof(buf), "fence 4"), 0);
 	ft = strtoull(buf, NULL, 0);
@@ -467,14 +439,14 @@ fences(const char *pmd)
 	tc_fill(src.p, 8 * MiB, 1);
 	cr_assert_eq(tc_peer_num(&t, "arm 0 7"), 0);
 	o.fence = (struct kvt_fence_ref){ .table = ft, .slot = 0, .room = 7 };
-	cr_assert_eq(xfer1(p, KVT_OP_WRITE, src.p, base, 8 * MiB, &o), 0);
+	cr_assert_eq(tc_xfer1(p, KVT_OP_WRITE, src.p, base, 8 * MiB, &o, WAIT_US), 0);
 	cr_assert_eq(tc_peer_num(&t, "fwait 0 5000000"), 0);
 	cr_assert_eq(peer_sum(&t, 0, 0, 8 * MiB), tc_hash(src.p, 8 * MiB));
 
 	/* A room the receiver did not arm is stale, never a success. */
 	cr_assert_eq(tc_peer_num(&t, "arm 1 8"), 0);
 	o.fence = (struct kvt_fence_ref){ .table = ft, .slot = 1, .room = 9 };
-	cr_assert_eq(xfer1(p, KVT_OP_WRITE, src.p, base, 4096, &o), 0);
+	cr_assert_eq(tc_xfer1(p, KVT_OP_WRITE, src.p, base, 4096, &o, WAIT_US), 0);
 	cr_assert_eq(tc_peer_num(&t, "fwait 1 5000000"), -ESTALE);
 	cr_assert_eq(tc_peer_num(&t, "fpoll 3"), -EAGAIN);
 
@@ -484,7 +456,7 @@ fences(const char *pmd)
 		cr_assert_eq(tc_peer_num(&t, "arm 2 %" PRIu64, room), 0);
 		o.fence = (struct kvt_fence_ref){ .table = ft, .slot = 2,
 						  .room = room };
-		cr_assert_eq(xfer1(p, KVT_OP_WRITE, src.p, base, MiB, &o), 0);
+		cr_assert_eq(tc_xfer1(p, KVT_OP_WRITE, src.p, base, MiB, &o, WAIT_US), 0);
 		cr_assert_eq(tc_peer_num(&t, "fwait 2 5000000"), 0, "room %" PRIu64, room);
 		cr_assert_eq(peer_sum(&t, 0, 0, MiB), tc_hash(src.p, MiB),
 			     "room %" PRIu64 ": data not there with its fence", room);
@@ -526,7 +498,7 @@ notify_after_data(const char *pmd)
 	start(&t, pmd, pmd);
 	local_alloc(&src, n * blk, 0);
 	base = peer_alloc(&t, 0, n * blk, "alloc", "rw");
-	p = open_peer(&t);
+	p = tc_open_peer(&t);
 	for (i = 0; i < inflight; i++)
 		b[i] = kvt_batch_alloc(1);
 	tc_peer_send(&t, "watch %u 0 30000000", n);
@@ -592,8 +564,8 @@ Test(xfer, peer_killed_mid_batch, .timeout = 120)
 	local_alloc(&src, blk, 0);
 	base = peer_alloc(&victim, 0, n * blk, "alloc", "w");
 	ob = peer_alloc(&other, 0, blk, "alloc", "w");
-	pv = open_peer(&victim);
-	po = open_peer(&other);
+	pv = tc_open_peer(&victim);
+	po = tc_open_peer(&other);
 	b = kvt_batch_alloc(n);
 	for (i = 0; i < n; i++)
 		x[i] = (struct kvt_xfer){ .op = KVT_OP_WRITE, .local = src.p,
@@ -615,7 +587,7 @@ Test(xfer, peer_killed_mid_batch, .timeout = 120)
 	cr_assert_eq(kvt_submit(b, pv, x, 1, NULL), -ECONNRESET);
 	/* The other peer does not notice. */
 	tc_fill(src.p, blk, 3);
-	cr_assert_eq(xfer1(po, KVT_OP_WRITE, src.p, ob, blk, NULL), 0);
+	cr_assert_eq(tc_xfer1(po, KVT_OP_WRITE, src.p, ob, blk, NULL, WAIT_US), 0);
 	cr_assert_eq(peer_sum(&other, 0, 0, blk), tc_hash(src.p, blk));
 	/* Restart on the same address and reopen. */
 	tc_peer_kill(&victim);
@@ -624,8 +596,8 @@ Test(xfer, peer_killed_mid_batch, .timeout = 120)
 	cr_assert_eq(tc_peer_start(&victim, opts), 0);
 	base = peer_alloc(&victim, 0, blk, "alloc", "w");
 	cr_assert_eq(kvt_peer_close(pv), 0);
-	pv = open_peer(&victim);
-	cr_assert_eq(xfer1(pv, KVT_OP_WRITE, src.p, base, blk, NULL), 0);
+	pv = tc_open_peer(&victim);
+	cr_assert_eq(tc_xfer1(pv, KVT_OP_WRITE, src.p, base, blk, NULL, WAIT_US), 0);
 	cr_assert_eq(peer_sum(&victim, 0, 0, blk), tc_hash(src.p, blk));
 	kvt_batch_free(b);
 	kvt_peer_close(pv);

@@ -1,0 +1,115 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * Helpers for the Criterion tests that drive a kvt-testpeer: each asserts
+ * what it needs, so a test reads as its steps.
+ */
+#ifndef KVT_TEST_ASSERT_H
+#define KVT_TEST_ASSERT_H
+
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <criterion/criterion.h>
+#include <rte_errno.h>
+
+#include "kvt.h"
+#include "test_common.h"
+
+/* Open the peer's engine (5 s bound). */
+static inline struct kvt_peer *
+tc_open_peer(struct tc_peer *t)
+{
+	struct kvt_peer *p = kvt_peer_open(t->addr, 5000);
+
+	cr_assert_not_null(p, "open %s: %s", t->addr, rte_strerror(rte_errno));
+	return p;
+}
+
+/* One request, waited for (at most wait_us); @return its status. */
+static inline int
+tc_xfer1(struct kvt_peer *p, uint32_t op, void *local, uint64_t remote,
+	 uint64_t len, const struct kvt_submit_opts *o, uint64_t wait_us)
+{
+	struct kvt_xfer x = { .op = op, .local = local, .remote = remote,
+			      .len = len };
+	struct kvt_batch *b = kvt_batch_alloc(1);
+	int ret;
+
+	cr_assert_not_null(b);
+	ret = kvt_submit(b, p, &x, 1, o);
+	if (ret >= 0) {
+		cr_assert_eq(kvt_wait(b, wait_us), 0, "the request did not settle");
+		ret = kvt_status(b, 0);
+	}
+	kvt_batch_free(b);
+	return ret;
+}
+
+/* A peer command that must succeed; its answer's first number in base. */
+static inline uint64_t
+tc_peer_u64(struct tc_peer *t, int base, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+static inline uint64_t
+tc_peer_u64(struct tc_peer *t, int base, const char *fmt, ...)
+{
+	char cmd[256], buf[128];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(cmd, sizeof(cmd), fmt, ap);
+	va_end(ap);
+	cr_assert_eq(tc_peer_cmd(t, buf, sizeof(buf), "%s", cmd), 0, "%s: %s",
+		     cmd, buf);
+	return strtoull(buf, NULL, base);
+}
+
+/*
+ * Each size written from src + 3 to the peer's region 0 at base + 5, then
+ * read back into src, checked by the peer's hash of its bytes each time.
+ */
+static inline void
+tc_sizes_both_ways(struct tc_peer *t, struct kvt_peer *p, uint8_t *src,
+		   uint64_t base, const uint64_t *sizes, unsigned int n,
+		   uint64_t wait_us)
+{
+	unsigned int i;
+
+	for (i = 0; i < n; i++) {
+		tc_fill(src + 3, sizes[i], i + 1);
+		cr_assert_eq(tc_xfer1(p, KVT_OP_WRITE, src + 3, base + 5, sizes[i],
+				      NULL, wait_us), 0);
+		cr_assert_eq(tc_peer_u64(t, 16, "sum 0 5 %" PRIu64, sizes[i]),
+			     tc_hash(src + 3, sizes[i]), "write %" PRIu64, sizes[i]);
+		memset(src, 0, sizes[i]);
+		cr_assert_eq(tc_xfer1(p, KVT_OP_READ, src, base + 5, sizes[i], NULL,
+				      wait_us), 0);
+		cr_assert_eq(tc_peer_u64(t, 16, "sum 0 5 %" PRIu64, sizes[i]),
+			     tc_hash(src, sizes[i]), "read %" PRIu64, sizes[i]);
+	}
+}
+
+/*
+ * A write with a fence (slot 2 of the peer's fence table ft, room 31) and
+ * the notification "done": the peer sees the fence, then the message.
+ */
+static inline void
+tc_fence_then_note(struct tc_peer *t, struct kvt_peer *p, uint8_t *src,
+		   uint64_t base, uint64_t len, uint64_t ft)
+{
+	struct kvt_submit_opts o = { .flags = KVT_SUBMIT_FENCE,
+				     .notify = "done", .notify_len = 4 };
+	char buf[256];
+
+	cr_assert_eq(tc_peer_u64(t, 10, "arm 2 31"), 0);
+	o.fence = (struct kvt_fence_ref){ .table = ft, .slot = 2, .room = 31 };
+	cr_assert_eq(tc_xfer1(p, KVT_OP_WRITE, src, base, len, &o, 30000000), 0);
+	cr_assert_eq(tc_peer_u64(t, 10, "fwait 2 5000000"), 0);
+	cr_assert_eq(tc_peer_cmd(t, buf, sizeof(buf), "notes 200000"), 0);
+	cr_assert(strstr(buf, "done@") != NULL, "notification: '%s'", buf);
+}
+
+#endif
