@@ -15,6 +15,8 @@
 #include <sys/file.h>
 #include <sys/stat.h>
 
+#include <numa.h>
+
 #include <rte_eal.h>
 #include <rte_errno.h>
 #include <rte_lcore.h>
@@ -87,13 +89,35 @@ claim_cpu(int cpu)
 	return 1;	/* the fd stays open: the lock lasts until exit */
 }
 
-/* Worker cpus for our own EAL: the last free cpus we may run on. */
+/* The last free cpu of node (any node when node < 0); -1 if none. */
+static int
+claim_on_node(const int *cpus, int ncpu, uint8_t *taken, int node)
+{
+	int i;
+
+	for (i = ncpu - 1; i >= 0; i--) {
+		if (taken[i] || (node >= 0 && numa_available() >= 0 &&
+				 numa_node_of_cpu(cpus[i]) != node))
+			continue;
+		taken[i] = 1;
+		if (claim_cpu(cpus[i]))
+			return cpus[i];
+	}
+	return -1;
+}
+
+/*
+ * Worker cpus for our own EAL: one per port (at most one per spare cpu),
+ * each on its port's NUMA node where that node has a free cpu, else the
+ * last free cpus we may run on.
+ */
 static int
 default_lcores_arg(char *buf, size_t len, unsigned int nports)
 {
 	cpu_set_t set;
 	int cpus[CPU_SETSIZE], pick[KVT_MAX_LCORES], ncpu = 0, c, nw, i, n = 0;
-	int off;
+	uint8_t taken[CPU_SETSIZE] = { 0 };
+	int off, numa;
 
 	if (sched_getaffinity(0, sizeof(set), &set) != 0)
 		return -errno;
@@ -102,9 +126,14 @@ default_lcores_arg(char *buf, size_t len, unsigned int nports)
 			cpus[ncpu++] = c;
 	nw = RTE_MAX(1, RTE_MIN((int)nports, ncpu - 1));
 	nw = RTE_MIN(nw, KVT_MAX_LCORES);
-	for (i = ncpu - 1; i >= 0 && n < nw; i--)
-		if (claim_cpu(cpus[i]))
-			pick[n++] = cpus[i];
+	for (i = 0; i < nw; i++) {
+		numa = (unsigned int)i < kvt_eng->nports ? kvt_eng->ports[i]->numa : -1;
+		c = claim_on_node(cpus, ncpu, taken, numa);
+		if (c < 0 && numa >= 0)
+			c = claim_on_node(cpus, ncpu, taken, -1);
+		if (c >= 0)
+			pick[n++] = c;
+	}
 	/* All taken: share the last ones. */
 	for (i = 0; n < nw; i++)
 		pick[n++] = cpus[ncpu - 1 - (i % ncpu)];
