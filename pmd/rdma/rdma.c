@@ -354,7 +354,7 @@ reg_cuda(struct rd_port *rp, struct kvt_lmem *m, int access)
 	/* Peer memory (nvidia_peermem) takes device pointers directly. */
 	mr = ibv_reg_mr(rp->dev->pd, m->addr, m->len, access);
 	if (mr == NULL)
-		RD_LOG(ERR, "%s: cannot register cuda:%d memory %p+%" PRIu64 ": %s",
+		RD_LOG(WARNING, "%s: cannot register cuda:%d memory %p+%" PRIu64 ": %s; this NIC will not carry it",
 		       rp->nic.name, m->loc.id, m->addr, m->len,
 		       cuda_reg_reason(derr, errno));
 	return mr;
@@ -374,7 +374,11 @@ rd_mem_register(struct kvt_port *port, struct kvt_lmem *m)
 	if (m->flags & KVT_MEM_REMOTE_READ)
 		access |= IBV_ACCESS_REMOTE_READ;
 	if (m->loc.type == KVT_LOC_CUDA) {
+		/* GPU memory the NIC cannot reach is still the GPU path's
+		 * (nvlink): not an error for the registration. */
 		mr = reg_cuda(rp, m, access);
+		if (mr == NULL)
+			return -ENOTSUP;
 	} else {
 		mr = ibv_reg_mr(rp->dev->pd, m->addr, m->len, access);
 		if (mr == NULL)
