@@ -218,6 +218,54 @@ Test(rdma, data_fence_notify, .timeout = 120, .fini = rails_fini)
 	free(src);
 }
 
+/*
+ * Slices become work requests one to one; a chain of WRITEs ends in one
+ * 8-byte flush READ, READs need none, a fence is one more 8-byte WRITE.
+ * Counted on the double's rail.
+ */
+Test(rdma, slices_to_work_requests, .timeout = 60, .fini = rails_fini)
+{
+	struct kvt_submit_opts o = { .flags = KVT_SUBMIT_FENCE };
+	struct vd_rail *rail;
+	struct tc_peer t;
+	struct kvt_peer *p;
+	uint8_t *src = malloc(MiB);
+	uint64_t base, ft, req, bytes, flushes;
+
+	rails("mlx5_0");
+	rail = vd_rail("mlx5_0");
+	cr_assert_geq(tc_engine_init("--kvt-pmd rdma,qps=1 --kvt-slice 64K"), 0);
+	cr_assert_eq(tc_peer_start(&t, OPTS), 0);
+	cr_assert_not_null(kvt_mem_register(src, MiB, NULL, 0));
+	base = tc_peer_u64(&t, 0, "alloc 0 %" PRIu64 " rw", MiB);
+	ft = tc_peer_u64(&t, 0, "fence 1");
+	p = tc_open_peer(&t);
+	req = rail->requests;
+	bytes = rail->bytes;
+	cr_assert_eq(tc_xfer1(p, KVT_OP_WRITE, src, base, MiB, NULL, 10000000), 0);
+	flushes = rail->requests - req - 16;
+	cr_assert(flushes >= 1 && flushes <= 16, "%" PRIu64 " requests for 16 slices",
+		  rail->requests - req);
+	cr_assert_eq(rail->bytes - bytes, MiB + 8 * flushes);
+	req = rail->requests;
+	bytes = rail->bytes;
+	cr_assert_eq(tc_xfer1(p, KVT_OP_READ, src, base, MiB, NULL, 10000000), 0);
+	cr_assert_eq(rail->requests - req, 16);
+	cr_assert_eq(rail->bytes - bytes, MiB);
+	cr_assert_eq(tc_peer_u64(&t, 10, "arm 0 9"), 0);
+	o.fence = (struct kvt_fence_ref){ .table = ft, .slot = 0, .room = 9 };
+	req = rail->requests;
+	bytes = rail->bytes;
+	cr_assert_eq(tc_xfer1(p, KVT_OP_READ, src, base, 60, &o, 10000000), 0);
+	cr_assert_eq(rail->requests - req, 2, "one READ, one fence WRITE");
+	cr_assert_eq(rail->bytes - bytes, 68);
+	cr_assert_eq(tc_peer_u64(&t, 10, "fpoll 0"), 0);
+	kvt_peer_close(p);
+	tc_peer_stop(&t);
+	kvt_fini();
+	free(src);
+}
+
 /* Notifications arrive after their data and in order: the receiver
  * checks each round's bytes when it reads the round's message. */
 Test(rdma, notified_rounds, .timeout = 120, .fini = rails_fini)
