@@ -167,6 +167,14 @@ struct kvt_xreq {
 	uint32_t op;		/**< KVT_OP_READ or KVT_OP_WRITE */
 };
 
+/** A page list (kvt_submit_pages()) as a KVT_PMD_F_WHOLE port reads it. */
+struct kvt_xpages {
+	const uint32_t *local_idx;
+	const uint32_t *remote_idx;
+	uint32_t n;
+	uint64_t page_size;
+};
+
 /**
  * A whole submission (KVT_DESC_SUB, desc->data points here).  The port
  * carries out every request, then the fence, then the notification, then
@@ -178,6 +186,9 @@ struct kvt_subinfo {
 	const uint8_t *req;	/**< first struct kvt_xreq */
 	uint32_t n;
 	uint32_t stride;	/**< bytes from one kvt_xreq to the next */
+	/** Non-NULL: the submission is one page list; req 0 holds the bases
+	 *  (local, remote: page 0) and len = n * page_size. */
+	const struct kvt_xpages *pages;
 	void *cuda_event;	/**< wait for it before reading sources */
 	const struct kvt_rmem *fence_rm;	/**< NULL: no fence */
 	uint64_t fence_addr;
@@ -361,6 +372,7 @@ struct kvt_port {
 	struct kvt_port_stats st;
 	/** Striping state, engine-private. */
 	uint64_t inflight_bytes;
+	uint64_t done_bytes;	/**< settled on its lcore, not yet taken off */
 	uint64_t rate_bpus;	/**< recent rate, bytes per microsecond */
 	uint64_t rate_win_bytes;
 	uint64_t rate_win_start;	/**< TSC */

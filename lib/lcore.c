@@ -230,6 +230,11 @@ lcore_main(void *arg)
 		for (i = 0; i < lc->nports; i++) {
 			p = lc->ports[i];
 			work += p->pmd->ops->poll(p);
+			if (p->done_bytes != 0) {
+				__atomic_fetch_sub(&p->inflight_bytes, p->done_bytes,
+						   __ATOMIC_RELAXED);
+				p->done_bytes = 0;
+			}
 		}
 		__atomic_store_n(&lc->loops, lc->loops + 1, __ATOMIC_RELAXED);
 		if (work != 0) {

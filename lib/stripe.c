@@ -8,6 +8,7 @@
  * current.
  */
 #include <rte_cycles.h>
+#include <rte_lcore.h>
 
 #include "kvt_private.h"
 
@@ -69,7 +70,12 @@ kvt_stripe_account(struct kvt_port *p, uint32_t len, uint64_t now)
 
 	if (win == 0)
 		win = rte_get_tsc_hz() / 1000000 * KVT_RATE_WINDOW_US;
-	__atomic_fetch_sub(&p->inflight_bytes, len, __ATOMIC_RELAXED);
+	/* Submitters add to inflight_bytes on another cpu: the port's own
+	 * lcore takes its settled bytes off once a loop, not per slice. */
+	if (rte_lcore_id() == p->lcore)
+		p->done_bytes += len;
+	else
+		__atomic_fetch_sub(&p->inflight_bytes, len, __ATOMIC_RELAXED);
 	el = now - p->rate_win_start;
 	if (p->rate_win_start == 0 || el > 100 * win) {
 		/* First slice, or the port sat idle: idle time is not slowness. */
