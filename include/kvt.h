@@ -219,6 +219,21 @@ struct kvt_xfer {
 	uint64_t len;		/**< > 0 */
 };
 
+/**
+ * Pages of one size picked by index, as a paged KV cache's block table
+ * names them: page k moves between local + local_idx[k] * page_size and
+ * remote + remote_idx[k] * page_size.
+ */
+struct kvt_pages {
+	uint32_t op;		/**< KVT_OP_READ or KVT_OP_WRITE */
+	uint32_t n;		/**< pages, > 0 */
+	uint64_t page_size;	/**< bytes, > 0 */
+	void *local;		/**< local page 0 */
+	uint64_t remote;	/**< remote page 0, in the peer's address space */
+	const uint32_t *local_idx;	/**< n local page numbers */
+	const uint32_t *remote_idx;	/**< n remote page numbers */
+};
+
 /** A remote fence slot and the room id to write there. */
 struct kvt_fence_ref {
 	uint64_t table;		/**< kvt_fence_table_handle() at the peer */
@@ -300,6 +315,28 @@ int kvt_batch_reset(struct kvt_batch *batch);
 int kvt_submit(struct kvt_batch *batch, struct kvt_peer *peer,
 	       const struct kvt_xfer *xfers, unsigned int n,
 	       const struct kvt_submit_opts *opts);
+
+/**
+ * Submit a page list (struct kvt_pages) as one request: one batch slot,
+ * one status, cheaper than n requests (no per-page request record, one
+ * range check for all pages).  Every page must lie in one local region
+ * and one remote region (the KV pools); the index arrays are copied.
+ * Overlap guard, fence, notification and options as for kvt_submit(),
+ * each page being a write range.
+ *
+ * @return
+ *   Index of the request in the batch, or:
+ *   - -EINVAL: bad batch, peer, op, n 0, page size 0, index array NULL,
+ *     a page address that overflows, bad options.
+ *   - -EFAULT: the pages reach outside one registered local region.
+ *   - -ERANGE: the pages reach outside one region the peer exports.
+ *   - -EPERM, -ENOENT, -EBUSY, -EHOSTUNREACH, -ECONNRESET, -ENOSPC,
+ *     -ENOTSUP, -ENODEV: as for kvt_submit().
+ *   - -ENOMEM: no memory for the copy of the index arrays.
+ */
+int kvt_submit_pages(struct kvt_batch *batch, struct kvt_peer *peer,
+		     const struct kvt_pages *pages,
+		     const struct kvt_submit_opts *opts);
 
 /**
  * Make progress and count the requests not yet settled.  Reads completion

@@ -89,6 +89,7 @@ struct kvt_sub {
 	uint32_t nclaims;
 	struct kvt_rimp *fence_ri;
 	uint32_t fence_mask;
+	const struct kvt_xpages *pages;	/* a page list (one request) */
 	uint32_t notify_len;
 	uint8_t payload[KVT_NOTIFY_MAX];
 } __rte_cache_aligned;
@@ -112,8 +113,24 @@ struct kvt_batch {
 	uint64_t seq;
 	int claimed;		/* claims published since the last sync */
 	int zombie;		/* freed by the application */
+	struct kvt_arena *arena;	/* page lists' copies, until reset */
+	struct kvt_arena *arena_cur;
 	struct kvt_batch *next;
 };
+
+/*
+ * Memory that page lists keep until the batch is reset: index copies,
+ * write ranges.  Chunks never move (lcores and other submitters read
+ * them) and are kept across resets.
+ */
+struct kvt_arena {
+	struct kvt_arena *next;
+	size_t cap;
+	size_t used;
+	uint8_t data[];
+};
+
+#define ARENA_MIN (1u << 20)
 
 #define SUB_CHUNK_BYTES RTE_ALIGN_CEIL(SUB_CHUNK * sizeof(struct kvt_sub), 4096)
 
@@ -439,9 +456,22 @@ static void
 fill_slice(struct kvt_batch *b, struct kvt_sub *s, struct kvt_desc *d)
 {
 	struct kvt_req *r = &b->req[s->next_req];
-	uint64_t left = r->x.len - s->next_off;
+	uint64_t left = r->x.len - s->next_off, page, in, ps;
 	uint32_t len = (uint32_t)RTE_MIN(left, (uint64_t)kvt_eng->o.slice);
 
+	if (s->pages != NULL) {
+		/* A slice never crosses a page: pages are scattered. */
+		ps = s->pages->page_size;
+		page = s->next_off / ps;
+		in = s->next_off % ps;
+		len = (uint32_t)RTE_MIN((uint64_t)len, ps - in);
+		d->local = r->x.local + (uint64_t)s->pages->local_idx[page] * ps + in;
+		d->remote = r->x.remote + (uint64_t)s->pages->remote_idx[page] * ps +
+			in;
+	} else {
+		d->local = r->x.local + s->next_off;
+		d->remote = r->x.remote + s->next_off;
+	}
 	d->op = r->x.op == KVT_OP_READ ? KVT_DESC_READ : KVT_DESC_WRITE;
 	d->flags = 0;
 	if (s->mode == SUB_ORDERED) {
@@ -455,8 +485,6 @@ fill_slice(struct kvt_batch *b, struct kvt_sub *s, struct kvt_desc *d)
 	d->conn = s->peer->conn[d->port];
 	d->lm = &r->m->lm;
 	d->rm = &r->ri->rm;
-	d->local = r->x.local + s->next_off;
-	d->remote = r->x.remote + s->next_off;
 	d->owner = r;
 	s->next_off += len;
 	if (s->next_off == r->x.len) {
@@ -476,6 +504,7 @@ whole_prepare(struct kvt_sub *s, const struct kvt_submit_opts *o)
 	si->n = s->n;
 	si->stride = sizeof(struct kvt_req);
 	si->cuda_event = o->cuda_event;
+	si->pages = s->pages;
 	if (s->flags & SUB_F_FENCE) {
 		si->fence_rm = &s->fence_ri->rm;
 		si->fence_addr = s->tail[TAIL_FENCE].remote;
@@ -652,11 +681,64 @@ inside(uintptr_t a, uint64_t len, uintptr_t base, uint64_t blen)
 	return a >= base && a - base < blen && len <= blen - (a - base);
 }
 
+/*
+ * The regions of a request: local [local, +llen) inside one registered
+ * region, remote [remote, +rlen) inside one the peer exports for op, and
+ * the ports that reach the peer for them.  what names the request in
+ * refusals.
+ */
+static int
+resolve(struct kvt_peer *p, uint32_t op, const void *local, uint64_t llen,
+	uint64_t remote, uint64_t rlen, const char *what, struct kvt_req *r)
+{
+	uint32_t need;
+
+	r->m = kvt_mem_find(local, llen);
+	if (r->m == NULL)
+		return KVT_REFUSE(EFAULT, "submit: %s: local %p+%" PRIu64 " is not inside one registered region",
+				  what, local, llen);
+	r->ri = kvt_peer_find_region(p, remote, rlen);
+	if (r->ri == NULL)
+		return KVT_REFUSE(ERANGE, "submit: %s: remote %#" PRIx64 "+%" PRIu64 " is not inside one region peer %s exports",
+				  what, remote, rlen, p->info.name);
+	need = op == KVT_OP_WRITE ? KVT_MEM_REMOTE_WRITE : KVT_MEM_REMOTE_READ;
+	if (!(r->ri->rm.flags & need) || (r->ri->rm.flags & KVT_MEM_F_FENCE))
+		return KVT_REFUSE(EPERM, "submit: %s: peer %s region %#" PRIx64 "+%" PRIu64 " is not exported for %s",
+				  what, p->info.name, r->ri->rm.base, r->ri->rm.len,
+				  op == KVT_OP_WRITE ? "write" : "read");
+	topo_masks(&r->m->lm, best_ports(r->m->lm.port_mask &
+					 r->ri->rm.port_mask & p->conn_mask),
+		   &r->mask, &r->fallback);
+	if (r->mask == 0)
+		return KVT_REFUSE(EHOSTUNREACH, "submit: %s: no port reaches peer %s for this memory",
+				  what, p->info.name);
+	return 0;
+}
+
+static void
+req_fill(struct kvt_sub *s, struct kvt_req *r, uint32_t op, void *local,
+	 uint64_t remote, uint64_t len)
+{
+	r->x.op = op;
+	if (op == KVT_OP_WRITE)
+		s->wbytes += len;
+	else
+		s->rbytes += len;
+	r->x.local = local;
+	r->x.remote = remote;
+	r->x.len = len;
+	r->x.lm = &r->m->lm;
+	r->x.rm = &r->ri->rm;
+	r->settled = 0;
+	r->err = 0;
+	r->s = s;
+}
+
 static int
 check_xfer(struct kvt_sub *s, struct kvt_peer *p, const struct kvt_xfer *x,
 	   unsigned int i, struct kvt_req *r, struct lookup *lk)
 {
-	uint32_t need;
+	int ret;
 
 	if ((x->op != KVT_OP_READ && x->op != KVT_OP_WRITE) || x->rsvd != 0 ||
 	    x->len == 0)
@@ -672,47 +754,21 @@ check_xfer(struct kvt_sub *s, struct kvt_peer *p, const struct kvt_xfer *x,
 		r->ri = lk->ri;
 		r->mask = lk->mask;
 		r->fallback = lk->fallback;
-		goto fill;
+	} else {
+		char what[24];
+
+		snprintf(what, sizeof(what), "xfer %u", i);
+		ret = resolve(p, x->op, x->local, x->len, x->remote, x->len, what, r);
+		if (ret < 0)
+			return ret;
+		lk->m = r->m;
+		lk->ri = r->ri;
+		lk->mask = r->mask;
+		lk->fallback = r->fallback;
 	}
-	r->m = kvt_mem_find(x->local, x->len);
-	if (r->m == NULL)
-		return KVT_REFUSE(EFAULT, "submit: xfer %u: local %p+%" PRIu64 " is not inside one registered region",
-				  i, x->local, x->len);
-	r->ri = kvt_peer_find_region(p, x->remote, x->len);
-	if (r->ri == NULL)
-		return KVT_REFUSE(ERANGE, "submit: xfer %u: remote %#" PRIx64 "+%" PRIu64 " is not inside one region peer %s exports",
-				  i, x->remote, x->len, p->info.name);
-	need = x->op == KVT_OP_WRITE ? KVT_MEM_REMOTE_WRITE : KVT_MEM_REMOTE_READ;
-	if (!(r->ri->rm.flags & need) || (r->ri->rm.flags & KVT_MEM_F_FENCE))
-		return KVT_REFUSE(EPERM, "submit: xfer %u: peer %s region %#" PRIx64 "+%" PRIu64 " is not exported for %s",
-				  i, p->info.name, r->ri->rm.base, r->ri->rm.len,
-				  x->op == KVT_OP_WRITE ? "write" : "read");
-	topo_masks(&r->m->lm, best_ports(r->m->lm.port_mask &
-					 r->ri->rm.port_mask & p->conn_mask),
-		   &r->mask, &r->fallback);
-	if (r->mask == 0)
-		return KVT_REFUSE(EHOSTUNREACH, "submit: xfer %u: no port reaches peer %s for this memory",
-				  i, p->info.name);
-	lk->m = r->m;
-	lk->ri = r->ri;
-	lk->mask = r->mask;
-	lk->fallback = r->fallback;
-fill:
-	r->x.op = x->op;
 	s->slices_left += x->len <= kvt_eng->o.slice ? 1 :
 		(x->len + kvt_eng->o.slice - 1) / kvt_eng->o.slice;
-	if (x->op == KVT_OP_WRITE)
-		s->wbytes += x->len;
-	else
-		s->rbytes += x->len;
-	r->x.local = x->local;
-	r->x.remote = x->remote;
-	r->x.len = x->len;
-	r->x.lm = &r->m->lm;
-	r->x.rm = &r->ri->rm;
-	r->settled = 0;
-	r->err = 0;
-	r->s = s;
+	req_fill(s, r, x->op, x->local, x->remote, x->len);
 	return 0;
 }
 
@@ -792,28 +848,19 @@ sort_ranges(struct kvt_range *r, struct kvt_range *tmp, unsigned int n)
 		memcpy(r, src, (size_t)n * sizeof(*r));
 }
 
-/* Claim the submission's write ranges; @return 0 or -EBUSY. */
+/*
+ * Claim write ranges r[0..n) (tmp: scratch of n for sorting); they stay
+ * referenced until the submission finishes.  @return 0 or -EBUSY.
+ */
 static int
-claim_writes(struct kvt_batch *b, struct kvt_sub *s)
+claim_ranges(struct kvt_batch *b, struct kvt_sub *s, struct kvt_range *r,
+	     struct kvt_range *tmp, unsigned int n, int sorted)
 {
-	struct kvt_range *r = &b->ranges[s->first];
-	unsigned int n = 0, i, start;
-	int sorted = 1, ret;
+	unsigned int i, start;
+	int ret;
 
-	for (i = 0; i < s->n; i++) {
-		const struct kvt_req *q = &b->req[s->first + i];
-
-		if (q->x.op != KVT_OP_WRITE)
-			continue;
-		r[n].lo = q->x.remote;
-		r[n].hi = q->x.remote + q->x.len;
-		r[n].ri = q->ri;
-		if (n > 0 && range_cmp(&r[n - 1], &r[n]) > 0)
-			sorted = 0;
-		n++;
-	}
 	if (!sorted)
-		sort_ranges(r, b->ranges_tmp, n);
+		sort_ranges(r, tmp, n);
 	for (i = 1; i < n; i++)
 		if (r[i].ri == r[i - 1].ri && r[i].lo < r[i - 1].hi)
 			return KVT_REFUSE(EBUSY, "submit: two writes of one submission overlap at %#" PRIx64,
@@ -837,6 +884,111 @@ claim_writes(struct kvt_batch *b, struct kvt_sub *s)
 	}
 	s->nclaims = b->nclaims - s->claim_first;
 	return 0;
+}
+
+/* Claim the submission's write ranges; @return 0 or -EBUSY. */
+static int
+claim_writes(struct kvt_batch *b, struct kvt_sub *s)
+{
+	struct kvt_range *r = &b->ranges[s->first];
+	unsigned int n = 0, i;
+	int sorted = 1;
+
+	for (i = 0; i < s->n; i++) {
+		const struct kvt_req *q = &b->req[s->first + i];
+
+		if (q->x.op != KVT_OP_WRITE)
+			continue;
+		r[n].lo = q->x.remote;
+		r[n].hi = q->x.remote + q->x.len;
+		r[n].ri = q->ri;
+		if (n > 0 && range_cmp(&r[n - 1], &r[n]) > 0)
+			sorted = 0;
+		n++;
+	}
+	return claim_ranges(b, s, r, b->ranges_tmp, n, sorted);
+}
+
+/* ---- the page-list arena ---- */
+
+struct arena_mark {
+	struct kvt_arena *chunk;
+	size_t used;
+};
+
+static void *
+arena_alloc(struct kvt_batch *b, size_t len)
+{
+	struct kvt_arena *c, **pp;
+	size_t cap;
+	void *p;
+
+	len = RTE_ALIGN_CEIL(len, RTE_CACHE_LINE_SIZE);
+	for (c = b->arena_cur; c != NULL; c = c->next) {
+		if (c->cap - c->used >= len) {
+			p = c->data + c->used;
+			c->used += len;
+			b->arena_cur = c;
+			return p;
+		}
+	}
+	cap = RTE_MAX(len, (size_t)ARENA_MIN);
+	c = aligned_alloc(RTE_CACHE_LINE_SIZE,
+			  RTE_ALIGN_CEIL(sizeof(*c) + cap, RTE_CACHE_LINE_SIZE));
+	if (c == NULL)
+		return NULL;
+	c->next = NULL;
+	c->cap = cap;
+	c->used = len;
+	for (pp = &b->arena; *pp != NULL; pp = &(*pp)->next)
+		;
+	*pp = c;
+	b->arena_cur = c;
+	return c->data;
+}
+
+static struct arena_mark
+arena_mark(const struct kvt_batch *b)
+{
+	struct arena_mark m = { b->arena_cur, b->arena_cur ? b->arena_cur->used : 0 };
+
+	return m;
+}
+
+/* Give back what was taken since mark (a refused submission). */
+static void
+arena_release(struct kvt_batch *b, struct arena_mark m)
+{
+	struct kvt_arena *c;
+
+	for (c = m.chunk != NULL ? m.chunk->next : b->arena; c != NULL;
+	     c = c->next)
+		c->used = 0;
+	if (m.chunk != NULL)
+		m.chunk->used = m.used;
+	b->arena_cur = m.chunk != NULL ? m.chunk : b->arena;
+}
+
+static void
+arena_reset(struct kvt_batch *b)
+{
+	struct kvt_arena *c;
+
+	for (c = b->arena; c != NULL; c = c->next)
+		c->used = 0;
+	b->arena_cur = b->arena;
+}
+
+static void
+arena_free(struct kvt_batch *b)
+{
+	struct kvt_arena *c;
+
+	while ((c = b->arena) != NULL) {
+		b->arena = c->next;
+		free(c);
+	}
+	b->arena_cur = NULL;
 }
 
 static struct kvt_sub *
@@ -943,29 +1095,19 @@ choose_mode(struct kvt_batch *b, struct kvt_sub *s)
 		s->mode = SUB_ORDERED;
 }
 
-int
-kvt_submit(struct kvt_batch *b, struct kvt_peer *p, const struct kvt_xfer *xf,
-	   unsigned int n, const struct kvt_submit_opts *opts)
+/* Checks every submission passes, then a fresh submission of nslots. */
+static int
+sub_open(struct kvt_batch *b, struct kvt_peer *p, unsigned int nslots,
+	 struct kvt_sub **out)
 {
-	static const struct kvt_submit_opts none;
-	const struct kvt_submit_opts *o = opts != NULL ? opts : &none;
-	struct lookup lk = { NULL, NULL, 0, 0 };
 	struct kvt_sub *s;
-	unsigned int i, tok;
-	int ret;
 
-	if (kvt_eng == NULL)
-		return -ENODEV;
-	if (!batch_ok(b) || !kvt_peer_valid(p) || (xf == NULL && n > 0))
-		return KVT_REFUSE(EINVAL, "submit: bad batch or peer");
-	if (n == 0 && (o->notify_len == 0 && !(o->flags & KVT_SUBMIT_FENCE)))
-		return KVT_REFUSE(EINVAL, "submit: no request, fence or notification");
 	if (__atomic_load_n(&p->state, __ATOMIC_ACQUIRE) != KVT_PEER_UP)
 		return KVT_REFUSE(ECONNRESET, "submit: peer %s was lost", p->info.name);
 	/* A message on its own still takes one slot, for kvt_status(). */
-	if (RTE_MAX(n, 1u) > b->cap - b->used)
+	if (RTE_MAX(nslots, 1u) > b->cap - b->used)
 		return KVT_REFUSE(ENOSPC, "submit: batch full (%u of %u used, %u more asked)",
-				  b->used, b->cap, RTE_MAX(n, 1u));
+				  b->used, b->cap, RTE_MAX(nslots, 1u));
 	s = sub_new(b);
 	if (s == NULL)
 		return -ENOMEM;
@@ -973,26 +1115,23 @@ kvt_submit(struct kvt_batch *b, struct kvt_peer *p, const struct kvt_xfer *xf,
 	s->b = b;
 	s->peer = p;
 	s->first = b->used;
-	s->n = n;
-	s->pending = n;
+	s->n = nslots;
+	s->pending = nslots;
 	s->next_req = b->used;
+	*out = s;
+	return 0;
+}
 
-	tok = kvt_rcu_read_lock();
-	ret = check_opts(p, o, s);
-	for (i = 0; i < n && ret == 0; i++) {
-		struct kvt_req *r = &b->req[b->used + i];
+/*
+ * Validation is over (ret), inside the RCU section tok: pick the mode,
+ * take references, and queue.  @return the first slot, or ret.
+ */
+static int
+sub_commit(struct kvt_batch *b, struct kvt_sub *s,
+	   const struct kvt_submit_opts *o, int ret, unsigned int tok)
+{
+	unsigned int n = s->n;
 
-		ret = check_xfer(s, p, &xf[i], i, r, &lk);
-		s->all_mask |= r->mask;
-		if (i == 0) {
-			s->m1 = r->m;
-			s->ri1 = r->ri;
-		} else if (r->m != s->m1 || r->ri != s->ri1) {
-			s->mixed = 1;
-		}
-	}
-	if (ret == 0 && !(o->flags & KVT_SUBMIT_ALLOW_OVERLAP))
-		ret = claim_writes(b, s);
 	if (ret == 0) {
 		choose_mode(b, s);
 		if (o->cuda_event != NULL && s->mode != SUB_WHOLE) {
@@ -1024,6 +1163,174 @@ kvt_submit(struct kvt_batch *b, struct kvt_peer *p, const struct kvt_xfer *xf,
 	}
 	pump(b);
 	return (int)s->first;
+}
+
+int
+kvt_submit(struct kvt_batch *b, struct kvt_peer *p, const struct kvt_xfer *xf,
+	   unsigned int n, const struct kvt_submit_opts *opts)
+{
+	static const struct kvt_submit_opts none;
+	const struct kvt_submit_opts *o = opts != NULL ? opts : &none;
+	struct lookup lk = { NULL, NULL, 0, 0 };
+	struct kvt_sub *s;
+	unsigned int i, tok;
+	int ret;
+
+	if (kvt_eng == NULL)
+		return -ENODEV;
+	if (!batch_ok(b) || !kvt_peer_valid(p) || (xf == NULL && n > 0))
+		return KVT_REFUSE(EINVAL, "submit: bad batch or peer");
+	if (n == 0 && (o->notify_len == 0 && !(o->flags & KVT_SUBMIT_FENCE)))
+		return KVT_REFUSE(EINVAL, "submit: no request, fence or notification");
+	ret = sub_open(b, p, n, &s);
+	if (ret < 0)
+		return ret;
+	tok = kvt_rcu_read_lock();
+	ret = check_opts(p, o, s);
+	for (i = 0; i < n && ret == 0; i++) {
+		struct kvt_req *r = &b->req[b->used + i];
+
+		ret = check_xfer(s, p, &xf[i], i, r, &lk);
+		s->all_mask |= r->mask;
+		if (i == 0) {
+			s->m1 = r->m;
+			s->ri1 = r->ri;
+		} else if (r->m != s->m1 || r->ri != s->ri1) {
+			s->mixed = 1;
+		}
+	}
+	if (ret == 0 && !(o->flags & KVT_SUBMIT_ALLOW_OVERLAP))
+		ret = claim_writes(b, s);
+	return sub_commit(b, s, o, ret, tok);
+}
+
+/*
+ * The span of page numbers each side uses, as byte offsets from page 0:
+ * [*llo, *lhi) and [*rlo, *rhi).  @return 0, or -EINVAL on overflow.
+ */
+static int
+pages_span(const struct kvt_pages *pg, uint64_t *llo, uint64_t *lhi,
+	   uint64_t *rlo, uint64_t *rhi)
+{
+	uint32_t lmin = UINT32_MAX, lmax = 0, rmin = UINT32_MAX, rmax = 0, k;
+	uint64_t end;
+
+	for (k = 0; k < pg->n; k++) {
+		lmin = RTE_MIN(lmin, pg->local_idx[k]);
+		lmax = RTE_MAX(lmax, pg->local_idx[k]);
+		rmin = RTE_MIN(rmin, pg->remote_idx[k]);
+		rmax = RTE_MAX(rmax, pg->remote_idx[k]);
+	}
+	if (__builtin_mul_overflow((uint64_t)lmax + 1, pg->page_size, lhi) ||
+	    __builtin_mul_overflow((uint64_t)rmax + 1, pg->page_size, rhi) ||
+	    __builtin_mul_overflow((uint64_t)pg->n, pg->page_size, &end) ||
+	    __builtin_add_overflow((uint64_t)(uintptr_t)pg->local, *lhi, &end) ||
+	    __builtin_add_overflow(pg->remote, *rhi, &end))
+		return -EINVAL;
+	*llo = (uint64_t)lmin * pg->page_size;
+	*rlo = (uint64_t)rmin * pg->page_size;
+	return 0;
+}
+
+/* Write ranges of a page list, one per page, kept in the arena. */
+static int
+claim_pages(struct kvt_batch *b, struct kvt_sub *s, const struct kvt_req *q)
+{
+	const struct kvt_xpages *xp = s->pages;
+	struct kvt_range *r, *tmp;
+	uint32_t k;
+	int sorted = 1;
+
+	r = arena_alloc(b, (size_t)xp->n * sizeof(*r));
+	tmp = arena_alloc(b, (size_t)xp->n * sizeof(*tmp));
+	if (r == NULL || tmp == NULL)
+		return -ENOMEM;
+	for (k = 0; k < xp->n; k++) {
+		r[k].lo = q->x.remote + (uint64_t)xp->remote_idx[k] * xp->page_size;
+		r[k].hi = r[k].lo + xp->page_size;
+		r[k].ri = q->ri;
+		if (k > 0 && r[k - 1].lo > r[k].lo)
+			sorted = 0;
+	}
+	return claim_ranges(b, s, r, tmp, xp->n, sorted);
+}
+
+/* The submission's own copy of the page list. */
+static struct kvt_xpages *
+pages_copy(struct kvt_batch *b, const struct kvt_pages *pg)
+{
+	size_t idx = (size_t)pg->n * sizeof(uint32_t);
+	struct kvt_xpages *xp;
+	uint32_t *li, *ri;
+
+	xp = arena_alloc(b, sizeof(*xp));
+	li = arena_alloc(b, idx);
+	ri = arena_alloc(b, idx);
+	if (xp == NULL || li == NULL || ri == NULL)
+		return NULL;
+	memcpy(li, pg->local_idx, idx);
+	memcpy(ri, pg->remote_idx, idx);
+	xp->local_idx = li;
+	xp->remote_idx = ri;
+	xp->n = pg->n;
+	xp->page_size = pg->page_size;
+	return xp;
+}
+
+int
+kvt_submit_pages(struct kvt_batch *b, struct kvt_peer *p,
+		 const struct kvt_pages *pg, const struct kvt_submit_opts *opts)
+{
+	static const struct kvt_submit_opts none;
+	const struct kvt_submit_opts *o = opts != NULL ? opts : &none;
+	uint64_t llo, lhi, rlo, rhi, per_page, slice;
+	struct arena_mark mark;
+	struct kvt_sub *s;
+	struct kvt_req *r;
+	unsigned int tok;
+	int ret;
+
+	if (kvt_eng == NULL)
+		return -ENODEV;
+	if (!batch_ok(b) || !kvt_peer_valid(p) || pg == NULL)
+		return KVT_REFUSE(EINVAL, "submit: bad batch, peer or page list");
+	if ((pg->op != KVT_OP_READ && pg->op != KVT_OP_WRITE) || pg->n == 0 ||
+	    pg->page_size == 0 || pg->local_idx == NULL || pg->remote_idx == NULL)
+		return KVT_REFUSE(EINVAL, "submit: page list: op %u, %u pages of %" PRIu64 " bytes: invalid",
+				  pg->op, pg->n, pg->page_size);
+	if (pages_span(pg, &llo, &lhi, &rlo, &rhi) < 0)
+		return KVT_REFUSE(EINVAL, "submit: page list: a page address overflows");
+	ret = sub_open(b, p, 1, &s);
+	if (ret < 0)
+		return ret;
+	mark = arena_mark(b);
+	s->pages = pages_copy(b, pg);
+	if (s->pages == NULL) {
+		arena_release(b, mark);
+		return -ENOMEM;
+	}
+	r = &b->req[b->used];
+	tok = kvt_rcu_read_lock();
+	ret = check_opts(p, o, s);
+	if (ret == 0)
+		ret = resolve(p, pg->op, (uint8_t *)pg->local + llo, lhi - llo,
+			      pg->remote + rlo, rhi - rlo, "page list", r);
+	if (ret == 0) {
+		req_fill(s, r, pg->op, pg->local, pg->remote,
+			 (uint64_t)pg->n * pg->page_size);
+		slice = kvt_eng->o.slice;
+		per_page = (pg->page_size + slice - 1) / slice;
+		s->slices_left = (uint64_t)pg->n * per_page;
+		s->all_mask = r->mask;
+		s->m1 = r->m;
+		s->ri1 = r->ri;
+		if (pg->op == KVT_OP_WRITE && !(o->flags & KVT_SUBMIT_ALLOW_OVERLAP))
+			ret = claim_pages(b, s, r);
+	}
+	ret = sub_commit(b, s, o, ret, tok);
+	if (ret < 0)
+		arena_release(b, mark);
+	return ret;
 }
 
 /* ------------------------------------------------------------------ */
@@ -1210,6 +1517,7 @@ batch_destroy(struct kvt_batch *b)
 		free(b->chunk[i]);
 	}
 	free(b->chunk);
+	arena_free(b);
 	free(b->req);
 	free(b->ranges);
 	free(b->ranges_tmp);
@@ -1292,6 +1600,7 @@ kvt_batch_reset(struct kvt_batch *b)
 	b->reap = 0;
 	b->pump = 0;
 	b->nclaims = 0;
+	arena_reset(b);
 	return 0;
 }
 

@@ -160,6 +160,56 @@ Test(nvlink, scattered_pages_with_fence, .timeout = 300)
 #endif
 }
 
+/* The same as one page list: scattered both sides, fence after. */
+Test(nvlink, page_list_with_fence, .timeout = 300)
+{
+	need_two_gpus();
+#ifdef KVT_HAVE_CUDA
+	const uint32_t n = 4096;
+	const uint64_t pg = 4096;
+	struct kvt_submit_opts o = { .flags = KVT_SUBMIT_FENCE };
+	uint32_t *li = malloc(n * 4), *ri = malloc(n * 4), k;
+	struct kvt_batch *b;
+	struct kvt_pages pl;
+	struct tc_peer t;
+	struct kvt_peer *p;
+	uint8_t *local;
+	uint64_t remote, ft;
+	char buf[64];
+
+	p = setup(&t, n * pg, &local, &remote);
+	cr_assert_eq(tc_peer_cmd(&t, buf, sizeof(buf), "fence 16"), 0);
+	ft = strtoull(buf, NULL, 0);
+	kvt_peer_close(p);
+	p = kvt_peer_open(t.addr, 10000);
+	cr_assert_eq(tc_cuda_fill(local, n * pg, 43), 0);
+	for (k = 0; k < n; k++) {
+		li[k] = (k * 40503u) % n;
+		ri[k] = (k * 2654435761u) % n;
+	}
+	cr_assert_eq(tc_peer_num(&t, "arm 5 78"), 0);
+	o.fence = (struct kvt_fence_ref){ .table = ft, .slot = 5, .room = 78 };
+	pl = (struct kvt_pages){ .op = KVT_OP_WRITE, .n = n, .page_size = pg,
+				 .local = local, .remote = remote,
+				 .local_idx = li, .remote_idx = ri };
+	b = kvt_batch_alloc(1);
+	cr_assert_eq(kvt_submit_pages(b, p, &pl, &o), 0);
+	cr_assert_eq(tc_peer_num(&t, "fwait 5 10000000"), 0);
+	for (k = 0; k < n; k += 97)
+		cr_assert_eq(peer_sum(&t, (uint64_t)ri[k] * pg, pg),
+			     tc_cuda_hash(local + (uint64_t)li[k] * pg, pg),
+			     "page %u", k);
+	cr_assert_eq(kvt_wait(b, 10000000), 0);
+	cr_assert_eq(kvt_status(b, 0), 0);
+	kvt_batch_free(b);
+	free(li);
+	free(ri);
+	kvt_peer_close(p);
+	tc_peer_stop(&t);
+	kvt_fini();
+#endif
+}
+
 /* The source is written by a late kernel on another stream; the submit
  * only carries its event.  The destination must hold the new bytes. */
 Test(nvlink, event_guards_the_source, .timeout = 300)

@@ -266,6 +266,51 @@ Test(rdma, slices_to_work_requests, .timeout = 60, .fini = rails_fini)
 	free(src);
 }
 
+/* A page list is striped over both rails like any request. */
+Test(rdma, page_list, .timeout = 60, .fini = rails_fini)
+{
+	const uint32_t n = 256, pages = 512;
+	const uint64_t ps = 16 << 10, pool = pages * ps;
+	uint8_t *local, *mirror = calloc(1, pool);
+	uint32_t li[256], ri[256], k;
+	struct kvt_pages pg;
+	struct kvt_batch *b;
+	struct tc_peer t;
+	struct kvt_peer *p;
+	uint64_t base;
+
+	rails("mlx5_0,mlx5_1");
+	cr_assert_geq(tc_engine_init(OPTS " --kvt-slice 8K"), 0);
+	cr_assert_eq(tc_peer_start(&t, OPTS), 0);
+	local = malloc(pool);
+	cr_assert_not_null(kvt_mem_register(local, pool, NULL, 0));
+	base = tc_peer_u64(&t, 0, "alloc 0 %" PRIu64 " rw", pool);
+	p = tc_open_peer(&t);
+	tc_fill(local, pool, 12);
+	for (k = 0; k < n; k++) {
+		li[k] = (k * 37u) % pages;
+		ri[k] = (k * 101u + 7) % pages;
+		memcpy(mirror + ri[k] * ps, local + li[k] * ps, ps);
+	}
+	pg = (struct kvt_pages){ .op = KVT_OP_WRITE, .n = n, .page_size = ps,
+				 .local = local, .remote = base,
+				 .local_idx = li, .remote_idx = ri };
+	b = kvt_batch_alloc(1);
+	cr_assert_eq(kvt_submit_pages(b, p, &pg, NULL), 0);
+	cr_assert_eq(kvt_wait(b, 10000000), 0);
+	cr_assert_eq(kvt_status(b, 0), 0);
+	cr_assert_eq(tc_peer_u64(&t, 16, "sum 0 0 %" PRIu64, pool),
+		     tc_hash(mirror, pool));
+	cr_assert_gt(port_bytes("rdma:mlx5_0"), 0);
+	cr_assert_gt(port_bytes("rdma:mlx5_1"), 0);
+	kvt_batch_free(b);
+	kvt_peer_close(p);
+	tc_peer_stop(&t);
+	kvt_fini();
+	free(local);
+	free(mirror);
+}
+
 /* Notifications arrive after their data and in order: the receiver
  * checks each round's bytes when it reads the round's message. */
 Test(rdma, notified_rounds, .timeout = 120, .fini = rails_fini)

@@ -142,6 +142,46 @@ read_check(struct worker *w, unsigned int n, uint64_t first_block)
 	}
 }
 
+/* A random order of the share's n blocks (page lists scatter them). */
+static uint32_t *
+shuffled(uint64_t n, unsigned int seed)
+{
+	uint32_t *p = malloc(n * sizeof(*p)), t;
+	uint64_t i, j;
+
+	if (p == NULL)
+		return NULL;
+	for (i = 0; i < n; i++)
+		p[i] = (uint32_t)i;
+	srand(seed);
+	for (i = n; i > 1; i--) {
+		j = (uint64_t)rand() % i;
+		t = p[i - 1];
+		p[i - 1] = p[j];
+		p[j] = t;
+	}
+	return p;
+}
+
+/* --pages: blocks [next, next + n) of the share, as one page list. */
+static int
+submit_list(struct worker *w, struct kvt_batch *b, const uint32_t *order,
+	    uint32_t *li, uint32_t *ri, uint64_t first, uint64_t next,
+	    unsigned int n)
+{
+	const struct kvfwd_opts *o = w->sh->o;
+	struct kvt_pages pg = { .op = o->op, .n = n, .page_size = o->block,
+				.local = w->src, .remote = w->sh->rbase,
+				.local_idx = li, .remote_idx = ri };
+	unsigned int i;
+
+	for (i = 0; i < n; i++) {
+		li[i] = i;
+		ri[i] = (uint32_t)(first + order[next + i]);
+	}
+	return kvt_submit_pages(b, w->sh->peer, &pg, NULL);
+}
+
 /* Plain mode: blocks go to this thread's share of the target buffer. */
 static void *
 plain_worker(void *arg)
@@ -153,21 +193,35 @@ plain_worker(void *arg)
 	uint64_t first = w->id * share, next = 0;
 	struct kvt_xfer *x = calloc(o->batch, sizeof(*x));
 	struct kvt_batch *b = kvt_batch_alloc(o->batch);
+	uint32_t *li = NULL, *ri = NULL, *order = NULL;
 	unsigned int n, i;
 	double t0;
+	int ret;
 
+	if (o->pages) {
+		li = calloc(o->batch, sizeof(*li));
+		ri = calloc(o->batch, sizeof(*ri));
+		order = shuffled(share, w->id + 1);
+		if (li == NULL || ri == NULL || order == NULL)
+			sh->failed = 1;
+	}
 	while (x != NULL && b != NULL && !sh->failed &&
 	       (n = take_blocks(sh, o->batch)) > 0) {
 		if (next + n > share)
 			next = 0;
-		for (i = 0; i < n; i++)
-			x[i] = (struct kvt_xfer){ .op = o->op,
-				.local = w->src + (uint64_t)i * o->block,
-				.remote = sh->rbase + (first + next + i) * o->block,
-				.len = o->block };
 		t0 = kvfwd_now();
-		if (kvt_submit(b, sh->peer, x, n, NULL) < 0 ||
-		    wait_timed(w, b, n, t0) < 0) {
+		if (o->pages) {
+			ret = submit_list(w, b, order, li, ri, first, next, n);
+		} else {
+			for (i = 0; i < n; i++)
+				x[i] = (struct kvt_xfer){ .op = o->op,
+					.local = w->src + (uint64_t)i * o->block,
+					.remote = sh->rbase + (first + next + i) * o->block,
+					.len = o->block };
+			t0 = kvfwd_now();
+			ret = kvt_submit(b, sh->peer, x, n, NULL);
+		}
+		if (ret < 0 || wait_timed(w, b, o->pages ? 1 : n, t0) < 0) {
 			fprintf(stderr, "kvfwd: submit/wait failed\n");
 			sh->failed = 1;
 			break;
@@ -183,6 +237,9 @@ plain_worker(void *arg)
 	}
 	kvt_batch_free(b);
 	free(x);
+	free(li);
+	free(ri);
+	free(order);
 	return NULL;
 }
 

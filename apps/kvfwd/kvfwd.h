@@ -33,6 +33,7 @@ struct kvfwd_opts {
 	uint64_t buffer;
 	int fence;
 	int verify;
+	int pages;		/* a batch is one page list */
 	int baseline;
 	int json;
 	char transport[64];

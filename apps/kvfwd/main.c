@@ -41,6 +41,9 @@ usage(FILE *f)
 "  --transport NAME[,k=v] transport (same as --kvt-pmd)\n"
 "  --slice SIZE           slice size (same as --kvt-slice)\n"
 "  --nic LIST             NIC allow-list (same as --kvt-nic)\n"
+"  --pages                each batch is one page list (kvt_submit_pages) of\n"
+"                         --batch pages of --block bytes, scattered over the\n"
+"                         target buffer; latency/req is then per list\n"
 "  --fence                every request carries a fence with a room id\n"
 "  --verify               check every block at the receiver (implies --fence\n"
 "                         for writes); exit 1 on any mixed or stale block\n"
@@ -77,7 +80,7 @@ parse_size(const char *s, uint64_t *out)
 enum {
 	O_PEER = 256, O_OP, O_BLOCK, O_BATCH, O_THREADS, O_TOTAL, O_DURATION,
 	O_SRC, O_DST, O_BUFFER, O_TRANSPORT, O_SLICE, O_NIC, O_FENCE,
-	O_VERIFY, O_BASELINE, O_BASELINE_TO, O_JSON, O_FAULT, O_HELP,
+	O_VERIFY, O_BASELINE, O_BASELINE_TO, O_JSON, O_FAULT, O_HELP, O_PAGES,
 };
 
 static const struct option long_opts[] = {
@@ -95,6 +98,7 @@ static const struct option long_opts[] = {
 	{ "slice", required_argument, NULL, O_SLICE },
 	{ "nic", required_argument, NULL, O_NIC },
 	{ "fence", no_argument, NULL, O_FENCE },
+	{ "pages", no_argument, NULL, O_PAGES },
 	{ "verify", no_argument, NULL, O_VERIFY },
 	{ "baseline", no_argument, NULL, O_BASELINE },
 	{ "baseline-to", required_argument, NULL, O_BASELINE_TO },
@@ -203,6 +207,9 @@ parse_opts(struct kvfwd_opts *o, struct args *a, int argc, char **argv)
 		case O_FENCE:
 			o->fence = 1;
 			break;
+		case O_PAGES:
+			o->pages = 1;
+			break;
 		case O_VERIFY:
 			o->verify = 1;
 			break;
@@ -234,6 +241,10 @@ parse_opts(struct kvfwd_opts *o, struct args *a, int argc, char **argv)
 	}
 	if (o->verify && o->op == KVT_OP_WRITE)
 		o->fence = 1;
+	if (o->pages && o->fence) {
+		fprintf(stderr, "kvfwd: --pages measures plain runs: not with --fence or --verify\n");
+		return -1;
+	}
 	if (o->fence && o->op == KVT_OP_READ) {
 		fprintf(stderr, "kvfwd: --fence goes with --op write\n");
 		return -1;

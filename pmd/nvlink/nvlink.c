@@ -1075,6 +1075,54 @@ plan_add(struct nv_plan *p, struct nv_lane *l, void *event)
 	return cudaStreamWaitEvent(l->st, event, 0) == cudaSuccess ? 0 : -EIO;
 }
 
+/* One copy: the copy engines for a big one or one off the primary lane,
+ * else a task of the primary lane's gather kernel. */
+static int
+copy_add(struct nv_port *np, const struct nv_plan *plan, struct nv_lane *l,
+	 uint64_t src, uint64_t dst, uint64_t len, uint32_t *ntask)
+{
+	struct kvt_nv_task *t;
+
+	if (len >= NV_CE_MIN || l != plan->primary) {
+		use_dev(l->dev);
+		return cudaMemcpyAsync((void *)dst, (const void *)src, len,
+				       cudaMemcpyDefault, l->st) != cudaSuccess ?
+			-EIO : 0;
+	}
+	if (*ntask == np->scratch_cap) {
+		t = realloc(np->scratch, 2 * np->scratch_cap * sizeof(*t));
+		if (t == NULL)
+			return -ENOMEM;
+		np->scratch = t;
+		np->scratch_cap *= 2;
+	}
+	np->scratch[*ntask].src = src;
+	np->scratch[*ntask].dst = dst;
+	np->scratch[*ntask].len = len;
+	(*ntask)++;
+	return 0;
+}
+
+/* The pages of a page list (request x) on lane l. */
+static int
+copy_pages(struct nv_port *np, const struct nv_plan *plan, struct nv_lane *l,
+	   const struct kvt_xreq *x, const struct kvt_xpages *pg,
+	   const struct nv_rmem *r, uint32_t *ntask)
+{
+	uint64_t ps = pg->page_size, lp, rp;
+	uint32_t k;
+	int ret = 0;
+
+	for (k = 0; k < pg->n && ret == 0; k++) {
+		lp = (uintptr_t)x->local + (uint64_t)pg->local_idx[k] * ps;
+		rp = (uintptr_t)r->base + (x->remote + (uint64_t)pg->remote_idx[k] * ps -
+					   x->rm->base);
+		ret = x->op == KVT_OP_WRITE ? copy_add(np, plan, l, lp, rp, ps, ntask) :
+			copy_add(np, plan, l, rp, lp, ps, ntask);
+	}
+	return ret;
+}
+
 /*
  * One pass over the requests: copy-engine copies are issued at once on
  * their lane; the small ones of the first lane become gather tasks for
@@ -1110,29 +1158,16 @@ issue_copies(struct nv_port *np, struct kvt_port *port,
 			port->st.read_bytes += x->len;
 		port->st.slices++;
 		r = x->rm->key[port->id];
-		rp = r->base + (x->remote - x->rm->base);
-		src = x->op == KVT_OP_WRITE ? (uintptr_t)x->local : (uintptr_t)rp;
-		dst = x->op == KVT_OP_WRITE ? (uintptr_t)rp : (uintptr_t)x->local;
-		if (x->len >= NV_CE_MIN || l != plan->primary) {
-			use_dev(l->dev);
-			if (cudaMemcpyAsync((void *)dst, (const void *)src, x->len,
-					    cudaMemcpyDefault, l->st) != cudaSuccess)
-				return -EIO;
-			continue;
+		if (si->pages != NULL) {
+			ret = copy_pages(np, plan, l, x, si->pages, r, ntask);
+		} else {
+			rp = r->base + (x->remote - x->rm->base);
+			src = x->op == KVT_OP_WRITE ? (uintptr_t)x->local : (uintptr_t)rp;
+			dst = x->op == KVT_OP_WRITE ? (uintptr_t)rp : (uintptr_t)x->local;
+			ret = copy_add(np, plan, l, src, dst, x->len, ntask);
 		}
-		if (*ntask == np->scratch_cap) {
-			struct kvt_nv_task *t = realloc(np->scratch,
-				2 * np->scratch_cap * sizeof(*t));
-
-			if (t == NULL)
-				return -ENOMEM;
-			np->scratch = t;
-			np->scratch_cap *= 2;
-		}
-		np->scratch[*ntask].src = src;
-		np->scratch[*ntask].dst = dst;
-		np->scratch[*ntask].len = x->len;
-		(*ntask)++;
+		if (ret < 0)
+			return ret;
 	}
 	if (plan->primary == NULL) {
 		/* Only a fence or a notification: any lane will do. */
