@@ -81,6 +81,8 @@ kvfwd_check(const void *src, uint64_t len, uint64_t seed, int dev)
 			return 0;
 		p = h;
 	}
+#else
+	(void)dev;
 #endif
 	return kvfwd_pattern_ok(p, len, seed);
 }
