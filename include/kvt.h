@@ -278,7 +278,10 @@ struct kvt_batch *kvt_batch_alloc(unsigned int max_xfers);
 int kvt_batch_free(struct kvt_batch *batch);
 
 /**
- * Forget all requests of a settled batch so its space can be reused.
+ * Forget all requests of a settled batch so its space can be reused.  A
+ * batch whose every request kvt_status() reported settled counts as
+ * settled: the engine's last bookkeeping store for it is waited out
+ * (bounded by the peer timeout).
  *
  * @return 0, or -EINVAL, -EBUSY (requests still pending).
  */

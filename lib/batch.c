@@ -1583,13 +1583,50 @@ kvt_batches_reap_zombies(void)
 	}
 }
 
+/*
+ * A striped submission without tails reports each request as it settles;
+ * the lcore stores the submission's done word right after the last one.
+ * Once every request of the batch was seen settled, wait out that store
+ * (nanoseconds, unless the lcore was descheduled then) so that a reset
+ * right after kvt_status() succeeds.
+ * @return 1 when every submission is finished.
+ */
+static int
+reap_settled(struct kvt_batch *b)
+{
+	uint64_t hz = rte_get_tsc_hz(), t0 = rte_get_tsc_cycles();
+	uint64_t deadline = t0 + hz / 1000 * kvt_eng->o.timeout_ms;
+	const struct kvt_sub *s;
+	uint32_t i;
+
+	if (reap(b))
+		return 1;
+	for (i = b->reap; i < b->nsubs; i++) {
+		s = sub_at(b, i);
+		if (!sub_done(s) && (s->mode != SUB_STRIPED || s->flags != 0 ||
+				     __atomic_load_n(&s->pending, __ATOMIC_ACQUIRE) != 0))
+			return 0;
+	}
+	/* An lcore descheduled at that moment delays the store: yield to
+	 * it after a short spin. */
+	while (!reap(b)) {
+		if (rte_get_tsc_cycles() > deadline)
+			return 0;
+		if (rte_get_tsc_cycles() - t0 > hz / 10000)
+			sched_yield();
+		else
+			rte_pause();
+	}
+	return 1;
+}
+
 int
 kvt_batch_reset(struct kvt_batch *b)
 {
 	if (!batch_ok(b))
 		return -EINVAL;
 	pump(b);
-	if (!reap(b))
+	if (!reap_settled(b))
 		return -EBUSY;
 	if (b->claimed) {
 		kvt_rcu_synchronize();

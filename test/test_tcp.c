@@ -303,3 +303,37 @@ Test(tcp, hostile_frames_refused, .timeout = 120)
 	tc_peer_stop(&t);
 	kvt_fini();
 }
+
+/*
+ * The application stops with a peer still busy: the batch is freed in
+ * flight, closing the peer is refused, and kvt_fini() tears down the
+ * connection after its sockets (the memory checkers watch this one).
+ */
+Test(tcp, fini_with_peer_in_flight, .timeout = 60)
+{
+	const unsigned int n = 64;
+	struct kvt_xfer x[64];
+	struct kvt_batch *b;
+	struct tc_peer t;
+	struct kvt_peer *p;
+	uint8_t *src = malloc(MiB);
+	uint64_t base;
+	unsigned int i;
+
+	cr_assert_geq(tc_engine_init(OPTS), 0);
+	cr_assert_eq(tc_peer_start(&t, OPTS), 0);
+	cr_assert_not_null(kvt_mem_register(src, MiB, NULL, 0));
+	base = tc_peer_u64(&t, 0, "alloc 0 %" PRIu64 " w", (uint64_t)n * MiB);
+	p = tc_open_peer(&t);
+	for (i = 0; i < n; i++)
+		x[i] = (struct kvt_xfer){ .op = KVT_OP_WRITE, .local = src,
+					  .remote = base + (uint64_t)i * MiB,
+					  .len = MiB };
+	b = kvt_batch_alloc(n);
+	cr_assert_geq(kvt_submit(b, p, x, n, NULL), 0);
+	cr_assert_eq(kvt_batch_free(b), 0);
+	cr_assert_eq(kvt_peer_close(p), -EBUSY);
+	cr_assert_eq(kvt_fini(), 0);
+	tc_peer_stop(&t);
+	free(src);
+}

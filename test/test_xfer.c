@@ -607,3 +607,42 @@ Test(xfer, peer_killed_mid_batch, .timeout = 120)
 	kvt_fini();
 	free(x);
 }
+
+/*
+ * Requests of a striped submission settle one by one; once kvt_status()
+ * has seen them all, the batch can be reset at once (the lcore's last
+ * store is waited out, not reported as -EBUSY).
+ */
+Test(xfer, reset_right_after_status, .timeout = 120)
+{
+	const unsigned int n = 8, rounds = 3000;
+	struct kvt_xfer x[8];
+	struct kvt_batch *b;
+	struct tc_peer t;
+	struct side src;
+	struct kvt_peer *p;
+	uint64_t base;
+	unsigned int r, i;
+
+	start(&t, "--kvt-pmd shm,ports=2 --kvt-idle spin --kvt-slice 4K",
+	      "--kvt-pmd shm");
+	local_alloc(&src, MiB, 0);
+	base = peer_alloc(&t, 0, MiB, "alloc", "w");
+	p = tc_open_peer(&t);
+	b = kvt_batch_alloc(n);
+	for (i = 0; i < n; i++)
+		x[i] = (struct kvt_xfer){ .op = KVT_OP_WRITE,
+					  .local = src.p + i * 8192,
+					  .remote = base + i * 8192, .len = 8192 };
+	for (r = 0; r < rounds; r++) {
+		cr_assert_geq(kvt_submit(b, p, x, n, NULL), 0);
+		for (i = 0; i < n; i++)
+			while (kvt_status(b, i) == -EINPROGRESS)
+				kvt_poll(b);
+		cr_assert_eq(kvt_batch_reset(b), 0, "round %u", r);
+	}
+	kvt_batch_free(b);
+	kvt_peer_close(p);
+	tc_peer_stop(&t);
+	kvt_fini();
+}

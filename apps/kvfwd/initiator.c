@@ -128,6 +128,19 @@ wait_timed(struct worker *w, struct kvt_batch *b, unsigned int n, double t0)
 	return 0;
 }
 
+/* Empty a settled batch for the next round; @return 0 or -1. */
+static int
+reuse(struct kvt_batch *b)
+{
+	int ret = kvt_batch_reset(b);
+
+	if (ret != 0 && kvt_wait(b, WAIT_US) == 0)
+		ret = kvt_batch_reset(b);
+	if (ret != 0)
+		fprintf(stderr, "kvfwd: batch not reusable: %s\n", strerror(-ret));
+	return ret != 0 ? -1 : 0;
+}
+
 static void
 read_check(struct worker *w, unsigned int n, uint64_t first_block)
 {
@@ -228,7 +241,10 @@ plain_worker(void *arg)
 		}
 		if (o->verify && o->op == KVT_OP_READ)
 			read_check(w, n, first + next);
-		kvt_batch_reset(b);
+		if (reuse(b) < 0) {
+			sh->failed = 1;
+			break;
+		}
 		w->requests += n;
 		w->bytes += (uint64_t)n * o->block;
 		__atomic_fetch_add(&sh->bytes_done, (uint64_t)n * o->block,
@@ -372,11 +388,10 @@ fence_worker(void *arg)
 				break;
 			}
 		}
-		if (sh->failed || wait_timed(w, b, n, t0) < 0) {
+		if (sh->failed || wait_timed(w, b, n, t0) < 0 || reuse(b) < 0) {
 			sh->failed = 1;
 			break;
 		}
-		kvt_batch_reset(b);
 		w->requests += n;
 		w->bytes += (uint64_t)n * o->block;
 		__atomic_fetch_add(&sh->bytes_done, (uint64_t)n * o->block,

@@ -1306,10 +1306,20 @@ static void
 tcp_stop(struct kvt_port *port)
 {
 	struct tcp_port *tp = port->priv;
+	struct tcp_sock *s;
+	struct tcp_conn *c;
+	unsigned int i;
 
-	while (tp->socks != NULL) {
-		tp->socks->conn = NULL;
-		sock_close(port, tp->socks, -ECANCELED);
+	/* Every socket goes: its slices fail here rather than move to a
+	 * sibling, and its connection forgets it (a peer closed after the
+	 * ports stopped detaches what is left). */
+	while ((s = tp->socks) != NULL) {
+		c = s->conn;
+		for (i = 0; c != NULL && i < c->nsocks; i++)
+			if (c->socks[i] == s)
+				c->socks[i] = c->socks[--c->nsocks];
+		s->conn = NULL;
+		sock_close(port, s, -ECANCELED);
 	}
 }
 
