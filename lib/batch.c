@@ -507,8 +507,8 @@ whole_prepare(struct kvt_sub *s, const struct kvt_submit_opts *o)
 	si->pages = s->pages;
 	if (s->flags & SUB_F_FENCE) {
 		si->fence_rm = &s->fence_ri->rm;
-		si->fence_addr = s->tail[TAIL_FENCE].remote;
-		si->room = s->tail[TAIL_FENCE].value;
+		si->fence_addr = o->fence.table + (uint64_t)o->fence.slot * 8;
+		si->room = o->fence.room;
 	}
 	if (s->flags & SUB_F_NOTIFY) {
 		si->notify = s->payload;
@@ -525,39 +525,49 @@ whole_prepare(struct kvt_sub *s, const struct kvt_submit_opts *o)
 	d->len = s->n;
 }
 
+static struct kvt_desc *
+tail_init(struct kvt_sub *s, unsigned int i, uint8_t op)
+{
+	struct kvt_desc *d = &s->tail[i];
+
+	memset(d, 0, sizeof(*d));
+	d->op = op;
+	d->flags = KVT_DF_EMBEDDED;
+	d->owner = s;
+	d->port = s->port;
+	d->conn = s->peer->conn[s->port];
+	return d;
+}
+
+/* Write only the descriptors this submission will send: a submit is
+ * short, and every cache line written counts in its latency. */
 static void
 tails_prepare(struct kvt_sub *s, const struct kvt_submit_opts *o)
 {
 	struct kvt_desc *d;
-	int i;
 
-	for (i = 0; i < 3; i++) {
-		d = &s->tail[i];
-		memset(d, 0, sizeof(*d));
-		d->flags = KVT_DF_EMBEDDED;
-		d->owner = s;
-		d->port = s->port;
-		d->conn = s->peer->conn[s->port];
+	if (s->mode == SUB_WHOLE) {
+		whole_prepare(s, o);
+		return;
 	}
-	d = &s->tail[TAIL_FENCE];
-	d->op = KVT_DESC_FENCE;
 	if (s->flags & SUB_F_FENCE) {
+		d = tail_init(s, TAIL_FENCE, KVT_DESC_FENCE);
 		d->rm = &s->fence_ri->rm;
 		d->remote = o->fence.table + (uint64_t)o->fence.slot * 8;
 		d->value = o->fence.room;
 		d->len = 8;
 	}
-	d = &s->tail[TAIL_NOTIFY];
-	d->op = KVT_DESC_NOTIFY;
-	d->data = s->payload;
-	d->len = s->notify_len;
-	d = &s->tail[TAIL_DONE];
-	d->op = KVT_DESC_DONE;
-	d->remote = (uintptr_t)&s->done;
-	d->value = 1;
-	d->len = 8;
-	if (s->mode == SUB_WHOLE)
-		whole_prepare(s, o);
+	if (s->flags & SUB_F_NOTIFY) {
+		d = tail_init(s, TAIL_NOTIFY, KVT_DESC_NOTIFY);
+		d->data = s->payload;
+		d->len = s->notify_len;
+	}
+	if (s->mode == SUB_ORDERED) {
+		d = tail_init(s, TAIL_DONE, KVT_DESC_DONE);
+		d->remote = (uintptr_t)&s->done;
+		d->value = 1;
+		d->len = 8;
+	}
 }
 
 /* @return 1 when the submission is fully queued. */
@@ -1111,7 +1121,9 @@ sub_open(struct kvt_batch *b, struct kvt_peer *p, unsigned int nslots,
 	s = sub_new(b);
 	if (s == NULL)
 		return -ENOMEM;
-	memset(s, 0, offsetof(struct kvt_sub, payload));
+	/* The descriptors are written by tails_prepare(), as needed. */
+	memset(&s->b, 0, offsetof(struct kvt_sub, payload) -
+	       offsetof(struct kvt_sub, b));
 	s->b = b;
 	s->peer = p;
 	s->first = b->used;
