@@ -428,6 +428,11 @@ attach_conn(struct kvt_port *port, void *arg)
 		;
 	if (s == RD_MAX_CONNS)
 		return -ENOSPC;
+	/* Every posted receive may complete: room in the completion queue
+	 * is kept for them. */
+	if (c->c.accepted &&
+	    rp->cq_used + c->nqps * RD_NOTES + RD_CHAIN > (uint32_t)rp->cq_size)
+		return -ENOSPC;
 	c->slot = (uint16_t)s;
 	rp->slot_gen[s]++;
 	for (q = 0; q < c->nqps; q++) {
@@ -440,6 +445,8 @@ attach_conn(struct kvt_port *port, void *arg)
 		}
 		__atomic_store_n(&c->qp[q].state, RD_QP_LIVE, __ATOMIC_RELEASE);
 	}
+	if (c->c.accepted)
+		rp->cq_used += c->nqps * RD_NOTES;
 	rp->slot[s] = c;
 	rp->nslots = RTE_MAX(rp->nslots, s + 1);
 	return 0;
@@ -453,8 +460,11 @@ detach_conn(struct kvt_port *port, void *arg)
 	struct rd_conn *c = arg;
 
 	kvt_rdma_conn_drain(c, -ECANCELED);
-	if (rp->slot[c->slot] == c)
+	if (rp->slot[c->slot] == c) {
 		rp->slot[c->slot] = NULL;
+		if (c->c.accepted)
+			rp->cq_used -= c->nqps * RD_NOTES;
+	}
 	while (rp->nslots > 0 && rp->slot[rp->nslots - 1] == NULL)
 		rp->nslots--;
 	return 0;
