@@ -95,17 +95,19 @@ cmp_u64(const void *a, const void *b)
 }
 
 /*
- * kvt: reps submissions of the same n requests, all queued at once and
- * then waited for, as the raw loops queue their copies; the destination
- * is rewritten on purpose, hence ALLOW_OVERLAP.  @return seconds.
+ * kvt: reps submissions of the same n requests (or of page list pl when
+ * it is not NULL), all queued at once and then waited for, as the raw
+ * loops queue their copies; the destination is rewritten on purpose,
+ * hence ALLOW_OVERLAP.  @return seconds.
  */
 static double
-kvt_reps(struct kvt_peer *p, struct kvt_xfer *x, unsigned int n, int reps)
+kvt_reps(struct kvt_peer *p, struct kvt_xfer *x, unsigned int n,
+	 const struct kvt_pages *pl, int reps)
 {
 	struct kvt_submit_opts o = { .flags = KVT_SUBMIT_ALLOW_OVERLAP };
-	struct kvt_batch *b = kvt_batch_alloc(n * (unsigned int)reps);
+	unsigned int slots = (pl != NULL ? 1 : n) * (unsigned int)reps, i;
+	struct kvt_batch *b = kvt_batch_alloc(slots);
 	double t0 = 0, el = 0;
-	unsigned int i;
 	int r, pass;
 
 	if (b == NULL)
@@ -115,44 +117,16 @@ kvt_reps(struct kvt_peer *p, struct kvt_xfer *x, unsigned int n, int reps)
 	for (pass = 0; pass < 2; pass++) {
 		t0 = now_s();
 		for (r = 0; r < reps; r++)
-			if (kvt_submit(b, p, x, n, &o) < 0)
+			if ((pl != NULL ? kvt_submit_pages(b, p, pl, &o) :
+			     kvt_submit(b, p, x, n, &o)) < 0)
 				die("kvt_submit");
 		submit_s = now_s() - t0;
 		if (kvt_wait(b, 120000000) != 0)
 			die("kvt transfer did not complete");
 		el = now_s() - t0;
-		for (i = 0; i < n * (unsigned int)reps; i++)
+		for (i = 0; i < slots; i++)
 			if (kvt_status(b, i) != 0)
 				die("kvt transfer failed");
-		kvt_batch_reset(b);
-	}
-	kvt_batch_free(b);
-	return el;
-}
-
-/* The same pages as one page list per submission (kvt_submit_pages). */
-static double
-kvt_pages_reps(struct kvt_peer *p, const struct kvt_pages *pl, int reps)
-{
-	struct kvt_submit_opts o = { .flags = KVT_SUBMIT_ALLOW_OVERLAP };
-	struct kvt_batch *b = kvt_batch_alloc((unsigned int)reps);
-	double t0 = 0, el = 0;
-	int r, pass;
-
-	if (b == NULL)
-		die("kvt_batch_alloc");
-	for (pass = 0; pass < 2; pass++) {
-		t0 = now_s();
-		for (r = 0; r < reps; r++)
-			if (kvt_submit_pages(b, p, pl, &o) < 0)
-				die("kvt_submit_pages");
-		submit_s = now_s() - t0;
-		if (kvt_wait(b, 120000000) != 0)
-			die("kvt page lists did not complete");
-		el = now_s() - t0;
-		for (r = 0; r < reps; r++)
-			if (kvt_status(b, (unsigned int)r) != 0)
-				die("kvt page list failed");
 		kvt_batch_reset(b);
 	}
 	kvt_batch_free(b);
@@ -167,7 +141,7 @@ child_bidir(struct kvt_peer *back, uint8_t *src, int rounds)
 	struct kvt_xfer x = { .op = KVT_OP_WRITE, .local = src,
 			      .remote = sh->parent_buf + GiB, .len = GiB };
 
-	sh->bidir_gbps = (double)rounds * GiB / kvt_reps(back, &x, 1, rounds) /
+	sh->bidir_gbps = (double)rounds * GiB / kvt_reps(back, &x, 1, NULL, rounds) /
 		1e9;
 }
 
@@ -273,8 +247,8 @@ bench_write(struct parent *pa, int reps)
 	double t, raw, t0;
 	int r;
 
-	kvt_reps(pa->p, &x, 1, 1);	/* warm up */
-	t = kvt_reps(pa->p, &x, 1, reps);
+	kvt_reps(pa->p, &x, 1, NULL, 1);	/* warm up */
+	t = kvt_reps(pa->p, &x, 1, NULL, reps);
 	cudaSetDevice(0);
 	check(cudaMemcpyPeerAsync(pa->raw_dst, 1, pa->src, 0, GiB, pa->s0), "peer copy");
 	cudaStreamSynchronize(pa->s0);
@@ -333,8 +307,8 @@ bench_pages(struct parent *pa, unsigned int n, uint64_t pg, int reps)
 		srcs[i] = pa->src + so[i];
 		sizes[i] = pg;
 	}
-	kvt_reps(pa->p, x, n, 1);	/* warm up */
-	t = kvt_reps(pa->p, x, n, reps);
+	kvt_reps(pa->p, x, n, NULL, 1);	/* warm up */
+	t = kvt_reps(pa->p, x, n, NULL, reps);
 	ts = submit_s;
 	/* The same pages as page lists (page numbers of both pools). */
 	li = malloc(n * sizeof(*li));
@@ -346,8 +320,8 @@ bench_pages(struct parent *pa, unsigned int n, uint64_t pg, int reps)
 	pl = (struct kvt_pages){ .op = KVT_OP_WRITE, .n = n, .page_size = pg,
 				 .local = pa->src, .remote = sh->child_buf,
 				 .local_idx = li, .remote_idx = ri };
-	kvt_pages_reps(pa->p, &pl, 1);
-	tl = kvt_pages_reps(pa->p, &pl, reps);
+	kvt_reps(pa->p, NULL, 0, &pl, 1);
+	tl = kvt_reps(pa->p, NULL, 0, &pl, reps);
 	/* cudaMemcpyBatchAsync, what today's engines use. */
 	memset(&attr, 0, sizeof(attr));
 	attr.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
@@ -395,7 +369,7 @@ bench_bidir(struct parent *pa, int reps)
 	run_phase(PH_BIDIR);
 	usleep(300000);		/* the child opens us */
 	__atomic_store_n(&sh->ready, 2, __ATOMIC_RELEASE);
-	kvt_fwd = reps * GiB / kvt_reps(pa->p, &x, 1, reps) / 1e9;
+	kvt_fwd = reps * GiB / kvt_reps(pa->p, &x, 1, NULL, reps) / 1e9;
 	wait_phase(PH_BIDIR);
 	/* Raw: two peer copies at once, one from each GPU. */
 	cudaSetDevice(1);
