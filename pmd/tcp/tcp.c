@@ -20,6 +20,7 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <pthread.h>
 #include <ifaddrs.h>
 #include <net/if.h>
 #include <netinet/in.h>
@@ -54,6 +55,9 @@ RTE_LOG_REGISTER(tcp_logtype, kvt.pmd.tcp, NOTICE);
 #define TCP_MAX_INFLIGHT (16u << 20)	/* bytes sent, not acked, per socket */
 #define TCP_CHUNK (1u << 20)	/* payload bytes per recv/send call */
 #define TCP_HELLO_US (5 * 1000 * 1000)
+#define TCP_REDIAL_US (100 * 1000)	/* one dial attempt */
+#define TCP_BACKOFF_MIN_MS 250u
+#define TCP_BACKOFF_MAX_MS 10000u
 
 enum {
 	F_WRITE = 1,
@@ -137,6 +141,10 @@ struct tcp_conn {
 	unsigned int rr;
 	struct kvt_inbox *inbox;	/* acceptor: notifications to us */
 	struct tcp_conn *next;	/* acceptor: the port's token list */
+	/* Initiator, control thread: dialling lost sockets again. */
+	struct tcp_conn *dnext;
+	uint64_t redial_at_us;
+	uint32_t backoff_ms;
 };
 
 struct tcp_port {
@@ -149,6 +157,8 @@ struct tcp_port {
 	struct tcp_sock *socks;	/* every socket of the port */
 	unsigned int nsocks;
 	struct tcp_conn *accepted;	/* token owners */
+	pthread_mutex_t lock;
+	struct tcp_conn *dialed;	/* initiator connections */
 	uint64_t timeout_tsc;
 	uint8_t scratch[65536];	/* discarded payload */
 };
@@ -227,6 +237,7 @@ tcp_probe(const struct kvt_pmd *pmd, const char *args)
 		tp->prefix = (uint8_t)__builtin_popcount(mask);
 		tp->conns = (unsigned int)conns;
 		tp->lfd = tp->epfd = -1;
+		pthread_mutex_init(&tp->lock, NULL);
 		snprintf(name, sizeof(name), "tcp:%s", i->ifa_name);
 		if (kvt_port_create(pmd, name, numa_of(i->ifa_name), tp) == NULL) {
 			free(tp);
@@ -380,10 +391,15 @@ sock_close(struct kvt_port *port, struct tcp_sock *s, int err)
 		close(s->fd);
 		s->fd = -1;
 	}
-	if (c != NULL)
+	if (c != NULL) {
 		for (i = 0; i < c->nsocks; i++)
 			if (c->socks[i] == s)
 				c->socks[i] = c->socks[--c->nsocks];
+		/* No socket left: new slices go to other links until the
+		 * control thread dials this one again. */
+		if (c->nsocks == 0 && !c->c.accepted)
+			kvt_conn_set_down(&c->c, 1);
+	}
 	s->conn = c;	/* kept for sock_drain's alternative */
 	sock_drain(s, err);
 	for (pp = &tp->socks; *pp != NULL; pp = &(*pp)->next)
@@ -880,13 +896,19 @@ sock_auth(struct kvt_port *port, struct tcp_sock *s)
 	if (rte_le_to_cpu_32(s->hello.magic) != TCP_HELLO_MAGIC)
 		return -EPROTO;
 	for (c = tp->accepted; c != NULL; c = c->next) {
-		if (memcmp(c->token, s->hello.token, sizeof(c->token)) == 0 &&
-		    c->nsocks < RTE_DIM(c->socks)) {
-			s->conn = c;
-			c->socks[c->nsocks++] = s;
-			s->authed = 1;
-			return 1;
+		if (memcmp(c->token, s->hello.token, sizeof(c->token)) != 0)
+			continue;
+		/* More sockets than the initiator keeps: it dialled again
+		 * after a link loss, and the oldest ones are dead. */
+		if (c->nsocks == RTE_DIM(c->socks)) {
+			c->socks[0]->conn = NULL;
+			sock_close(port, c->socks[0], -ECONNRESET);
+			c->socks[0] = c->socks[--c->nsocks];
 		}
+		s->conn = c;
+		c->socks[c->nsocks++] = s;
+		s->authed = 1;
+		return 1;
 	}
 	TCP_LOG(WARNING, "port %s: a connection without a valid token refused",
 		port->name);
@@ -1187,6 +1209,7 @@ tcp_conn_ready(struct kvt_conn *kc, const uint8_t *rep, size_t len)
 		return -EPROTO;
 	e = c->ep;
 	memcpy(h.token, rep, sizeof(h.token));
+	memcpy(c->token, rep, sizeof(c->token));
 	for (i = 0; i < tp->conns && ret == 0; i++) {
 		fds[i] = dial(tp, &e, deadline);
 		if (fds[i] < 0) {
@@ -1207,11 +1230,71 @@ tcp_conn_ready(struct kvt_conn *kc, const uint8_t *rep, size_t len)
 	for (i = 0; i < a.n; i++)
 		if (fds[i] >= 0)
 			close(fds[i]);
-	if (ret < 0)
+	if (ret < 0) {
 		TCP_LOG(ERR, "port %s: cannot connect to %s:%u: %s", port->name,
 			inet_ntoa(*(struct in_addr *)&e.ip), ntohs(e.port),
 			strerror(-ret));
-	return ret;
+		return ret;
+	}
+	pthread_mutex_lock(&tp->lock);
+	c->dnext = tp->dialed;
+	tp->dialed = c;
+	pthread_mutex_unlock(&tp->lock);
+	return 0;
+}
+
+/*
+ * Control thread: a connection that lost sockets (a link went down) dials
+ * again, one socket per tick, with a backoff while the link stays down,
+ * so a link that comes back carries its share again.
+ */
+static void
+redial(struct kvt_port *port, struct tcp_conn *c, uint64_t now)
+{
+	struct tcp_port *tp = port->priv;
+	struct tcp_hello h = { .magic = rte_cpu_to_le_32(TCP_HELLO_MAGIC),
+			       .version = rte_cpu_to_le_32(1) };
+	struct attach_arg a = { .c = c, .n = 1 };
+	int fd, ret;
+
+	memcpy(h.token, c->token, sizeof(h.token));
+	fd = dial(tp, &c->ep, now + TCP_REDIAL_US);
+	ret = fd;
+	if (fd >= 0)
+		ret = send(fd, &h, sizeof(h), MSG_NOSIGNAL) == sizeof(h) ? 0 :
+			-ECONNRESET;
+	if (ret == 0) {
+		a.fds = &fd;	/* -1 once the lcore adopted it */
+		ret = kvt_port_call(port, attach_socks, &a, 5000);
+	}
+	if (fd >= 0)
+		close(fd);
+	if (ret < 0) {
+		c->backoff_ms = RTE_MIN(RTE_MAX(c->backoff_ms * 2, TCP_BACKOFF_MIN_MS),
+					TCP_BACKOFF_MAX_MS);
+		c->redial_at_us = kvt_now_us() + c->backoff_ms * 1000ull;
+		return;
+	}
+	if (c->backoff_ms != 0)
+		TCP_LOG(NOTICE, "port %s: connected to %s again", port->name,
+			c->c.info.name);
+	c->backoff_ms = 0;
+	kvt_conn_set_down(&c->c, 0);
+}
+
+static void
+tcp_ctl_tick(struct kvt_port *port, uint64_t now)
+{
+	struct tcp_port *tp = port->priv;
+	struct tcp_conn *c;
+
+	pthread_mutex_lock(&tp->lock);
+	for (c = tp->dialed; c != NULL; c = c->dnext)
+		if (!__atomic_load_n(&c->c.dead, __ATOMIC_ACQUIRE) &&
+		    __atomic_load_n(&c->nsocks, __ATOMIC_ACQUIRE) < tp->conns &&
+		    now >= c->redial_at_us)
+			redial(port, c, now);
+	pthread_mutex_unlock(&tp->lock);
 }
 
 /* Lcore: let go of a connection's sockets and of its token. */
@@ -1295,7 +1378,16 @@ static void
 tcp_conn_close(struct kvt_conn *kc)
 {
 	struct tcp_conn *c = (struct tcp_conn *)kc;
+	struct tcp_port *tp = kc->port->priv;
+	struct tcp_conn **pp;
 
+	pthread_mutex_lock(&tp->lock);
+	for (pp = &tp->dialed; *pp != NULL; pp = &(*pp)->dnext)
+		if (*pp == c) {
+			*pp = c->dnext;
+			break;
+		}
+	pthread_mutex_unlock(&tp->lock);
 	kvt_port_call(kc->port, detach_conn, c, 5000);
 	if (c->inbox != NULL)
 		kvt_inbox_retire(c->inbox, free_inbox, c->inbox);
@@ -1332,6 +1424,7 @@ tcp_remove(struct kvt_port *port)
 		close(tp->lfd);
 	if (tp->epfd >= 0)
 		close(tp->epfd);
+	pthread_mutex_destroy(&tp->lock);
 	free(tp);
 }
 
@@ -1347,6 +1440,7 @@ static const struct kvt_pmd_ops tcp_ops = {
 	.mem_register = tcp_mem_register,
 	.mem_export = tcp_mem_export,
 	.endpoint = tcp_endpoint,
+	.ctl_tick = tcp_ctl_tick,
 	.conn_open = tcp_conn_open,
 	.conn_accept = tcp_conn_accept,
 	.conn_ready = tcp_conn_ready,
