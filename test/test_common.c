@@ -269,3 +269,17 @@ tc_engine_init(const char *opts)
 	argv[n] = NULL;
 	return kvt_init(n, argv);
 }
+
+int
+tc_sh(const char *fmt, ...)
+{
+	char cmd[PATH_MAX + 512];
+	va_list ap;
+	int st;
+
+	va_start(ap, fmt);
+	vsnprintf(cmd, sizeof(cmd), fmt, ap);
+	va_end(ap);
+	st = system(cmd);
+	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}

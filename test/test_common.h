@@ -41,6 +41,9 @@ int tc_peer_reply(struct tc_peer *p, char *buf, size_t len);
 void tc_peer_kill(struct tc_peer *p);
 void tc_peer_stop(struct tc_peer *p);
 
+/* Run a shell command built from fmt; @return its exit status, or -1. */
+int tc_sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
 /* kvt_init for the test process itself, with opts added to defaults. */
 int tc_engine_init(const char *opts);
 

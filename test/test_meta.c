@@ -30,23 +30,6 @@
 static char etcd[64];		/* host:port */
 static int private_port;	/* > 0: ours to stop */
 
-static int
-run(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-
-static int
-run(const char *fmt, ...)
-{
-	char cmd[PATH_MAX + 512];
-	va_list ap;
-	int st;
-
-	va_start(ap, fmt);
-	vsnprintf(cmd, sizeof(cmd), fmt, ap);
-	va_end(ap);
-	st = system(cmd);
-	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
-
 static const char *
 srcdir(void)
 {
@@ -59,9 +42,9 @@ static void
 etcd_private(void)
 {
 	private_port = 24000 + (int)(getpid() % 2000) * 2;
-	if (run("command -v etcd >/dev/null") != 0)
+	if (tc_sh("command -v etcd >/dev/null") != 0)
 		cr_skip_test("no etcd binary (Debian etcd-server)");
-	cr_assert_eq(run("%s/scripts/etcd-local start %d >/dev/null", srcdir(),
+	cr_assert_eq(tc_sh("%s/scripts/etcd-local start %d >/dev/null", srcdir(),
 			 private_port), 0, "private etcd did not start");
 	snprintf(etcd, sizeof(etcd), "127.0.0.1:%d", private_port);
 }
@@ -70,7 +53,7 @@ static void
 etcd_stop(void)
 {
 	if (private_port > 0)
-		run("%s/scripts/etcd-local stop %d >/dev/null 2>&1", srcdir(),
+		tc_sh("%s/scripts/etcd-local stop %d >/dev/null 2>&1", srcdir(),
 		    private_port);
 }
 
@@ -191,11 +174,11 @@ Test(meta, malformed_descriptor_refused, .timeout = 60, .fini = etcd_stop)
 
 	etcd_any();
 	cr_assert_geq(tc_engine_init(opts(o, sizeof(o), "m", "c4")), 0);
-	cr_assert_eq(run("ETCDCTL_API=3 etcdctl --endpoints=%s put /kvt/c4-%d/engines/bad 'not json' >/dev/null",
+	cr_assert_eq(tc_sh("ETCDCTL_API=3 etcdctl --endpoints=%s put /kvt/c4-%d/engines/bad 'not json' >/dev/null",
 			 etcd, (int)getpid()), 0);
-	cr_assert_eq(run("ETCDCTL_API=3 etcdctl --endpoints=%s put /kvt/c4-%d/engines/bad2 '{\"addr\": 5}' >/dev/null",
+	cr_assert_eq(tc_sh("ETCDCTL_API=3 etcdctl --endpoints=%s put /kvt/c4-%d/engines/bad2 '{\"addr\": 5}' >/dev/null",
 			 etcd, (int)getpid()), 0);
-	cr_assert_eq(run("ETCDCTL_API=3 etcdctl --endpoints=%s put /kvt/c4-%d/engines/bad3 '{\"addr\": \"nohost\"}' >/dev/null",
+	cr_assert_eq(tc_sh("ETCDCTL_API=3 etcdctl --endpoints=%s put /kvt/c4-%d/engines/bad3 '{\"addr\": \"nohost\"}' >/dev/null",
 			 etcd, (int)getpid()), 0);
 	cr_assert_null(kvt_peer_open("bad", 2000));
 	cr_assert_eq(rte_errno, EPROTO);

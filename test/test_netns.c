@@ -25,28 +25,11 @@
 static char prefix[16];
 static char script[PATH_MAX];
 
-static int
-sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-
-static int
-sh(const char *fmt, ...)
-{
-	char cmd[PATH_MAX + 256];
-	va_list ap;
-	int st;
-
-	va_start(ap, fmt);
-	vsnprintf(cmd, sizeof(cmd), fmt, ap);
-	va_end(ap);
-	st = system(cmd);
-	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
-
 static void
 cluster_down(void)
 {
 	if (prefix[0] != '\0')
-		sh("%s down %s >/dev/null 2>&1", script, prefix);
+		tc_sh("%s down %s >/dev/null 2>&1", script, prefix);
 }
 
 /* Build the cluster, or skip saying why. */
@@ -60,7 +43,7 @@ cluster_up(void)
 	snprintf(script, sizeof(script), "%s/scripts/netns-cluster",
 		 src != NULL ? src : "..");
 	snprintf(prefix, sizeof(prefix), "k%d", (int)getpid() % 100000);
-	if (sh("%s up %s >/dev/null 2>&1", script, prefix) != 0) {
+	if (tc_sh("%s up %s >/dev/null 2>&1", script, prefix) != 0) {
 		cluster_down();
 		cr_skip_test("cannot build network namespaces (ip netns, veth, bridge)");
 	}
@@ -214,7 +197,7 @@ Test(netns, kv_link_loss, .timeout = 180, .fini = cluster_down)
 	/* One KV link goes down mid transfer: the other finishes it. */
 	tc_peer_send(&pre.p, "write 0 0 %" PRIx64 " %" PRIu64, base, len);
 	usleep(40000);
-	cr_assert_eq(sh("ip -n %s-head link set kv1 down", prefix), 0);
+	cr_assert_eq(tc_sh("ip -n %s-head link set kv1 down", prefix), 0);
 	cr_assert_eq(tc_peer_reply(&pre.p, buf, sizeof(buf)), 0);
 	cr_assert_eq(strtol(buf, NULL, 10), 0, "write with kv1 down mid way: %s", buf);
 	cr_assert_eq(tc_peer_cmd(&dec.p, buf, sizeof(buf), "sum 0 0 %" PRIu64, len), 0);
@@ -228,7 +211,7 @@ Test(netns, kv_link_loss, .timeout = 180, .fini = cluster_down)
 
 	/* The link comes back: the head dials it again and it carries its
 	 * share of new writes (no NIC left idle after a flap). */
-	cr_assert_eq(sh("ip -n %s-head link set kv1 up", prefix), 0);
+	cr_assert_eq(tc_sh("ip -n %s-head link set kv1 up", prefix), 0);
 	t0 = tc_now_us();
 	do {
 		usleep(200000);
@@ -244,8 +227,8 @@ Test(netns, kv_link_loss, .timeout = 180, .fini = cluster_down)
 	cr_assert_geq(moved, 4 * MiB, "kv1 stayed idle after it came back");
 
 	/* Both down: the request fails in bounded time, nothing hangs. */
-	cr_assert_eq(sh("ip -n %s-head link set kv1 down", prefix), 0);
-	cr_assert_eq(sh("ip -n %s-head link set kv0 down", prefix), 0);
+	cr_assert_eq(tc_sh("ip -n %s-head link set kv1 down", prefix), 0);
+	cr_assert_eq(tc_sh("ip -n %s-head link set kv0 down", prefix), 0);
 	t0 = tc_now_us();
 	cr_assert_eq(tc_peer_cmd(&pre.p, buf, sizeof(buf), "write 0 0 %" PRIx64 " %" PRIu64,
 				 base, 16 * MiB), 0);

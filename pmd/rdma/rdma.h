@@ -37,17 +37,10 @@ enum rd_qp_state {
 	RD_QP_REARM,		/* being reconnected */
 };
 
-/* What a send queue entry is, for its completion. */
-enum rd_wr_kind {
-	RD_WR_DATA = 1,		/* a slice: complete the descriptor */
-	RD_WR_TAIL,		/* fence or notification */
-	RD_WR_FLUSH,		/* READ that proves earlier WRITEs placed */
-};
-
+/* A send queue entry: the descriptor it settles (NULL for a flush READ). */
 struct rd_wr {
 	struct kvt_desc *d;
 	uint64_t posted;	/* TSC */
-	uint8_t kind;
 	uint8_t signalled;
 };
 

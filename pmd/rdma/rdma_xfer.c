@@ -45,7 +45,6 @@
 #include "rdma.h"
 
 #define RD_WC_BURST 32
-#define LINK_ERR(s) ((s) == IBV_WC_RETRY_EXC_ERR || (s) == IBV_WC_RNR_RETRY_EXC_ERR)
 
 static inline struct rd_wr *
 ring_at(const struct rd_conn *c, struct rd_qp *q, uint64_t seq)
@@ -307,8 +306,6 @@ post_chain(struct rd_conn *c, struct rd_qp *q, uint64_t now)
 		e = ring_at(c, q, q->tail + n);
 		e->d = d;
 		e->posted = now;
-		e->kind = d->op == KVT_DESC_WRITE || d->op == KVT_DESC_READ ?
-			RD_WR_DATA : RD_WR_TAIL;
 		e->signalled = !!(wr[n].send_flags & IBV_SEND_SIGNALED);
 		n++;
 	}
@@ -319,7 +316,6 @@ post_chain(struct rd_conn *c, struct rd_qp *q, uint64_t now)
 		e = ring_at(c, q, q->tail + n);
 		e->d = NULL;
 		e->posted = now;
-		e->kind = RD_WR_FLUSH;
 		e->signalled = 1;
 		n++;
 		q->dirty = 0;
