@@ -30,7 +30,11 @@ tc_cuda_fill(void *p, size_t len, uint64_t seed)
 	if (h == NULL)
 		return -1;
 	tc_fill(h, len, seed);
-	ret = cudaMemcpy(p, h, len, cudaMemcpyDefault) == cudaSuccess ? 0 : -1;
+	/* From pageable memory cudaMemcpy may return before the last bytes
+	 * reached the device; a transfer on another stream must not race
+	 * them, so wait for the legacy stream that carried the copy. */
+	ret = cudaMemcpy(p, h, len, cudaMemcpyDefault) == cudaSuccess &&
+		cudaStreamSynchronize(cudaStreamLegacy) == cudaSuccess ? 0 : -1;
 	free(h);
 	return ret;
 }

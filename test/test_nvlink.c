@@ -82,7 +82,7 @@ Test(nvlink, sizes_both_ways, .timeout = 600)
 {
 	need_two_gpus();
 #ifdef KVT_HAVE_CUDA
-	static const uint64_t sizes[] = { 1, 7, 4095, 4096, 65537, MiB + 3,
+	static const uint64_t sizes[] = { 1, 7, 4095, 4096, 65536, 65537, MiB + 3,
 					  16 * MiB, 256 * MiB, GiB };
 	struct tc_peer t;
 	struct kvt_peer *p;
@@ -291,12 +291,108 @@ Test(nvlink, device_fence_stream_wait, .timeout = 300)
 #endif
 }
 
-/* The stale-completion stress (DESIGN §1) on GPUs: kvfwd --verify with
- * threads sharing destination slots, over 100 000 rounds. */
-Test(nvlink, stale_completion_100k_rounds, .timeout = 600)
+/*
+ * Small requests go to a lane's resident kernel, others to its stream:
+ * many of each in flight at once, all bytes must land, with fences and
+ * notifications on the small ones.
+ */
+Test(nvlink, small_and_large_in_flight, .timeout = 300)
 {
 	need_two_gpus();
 #ifdef KVT_HAVE_CUDA
+	static const uint64_t sizes[] = { 4096, 8 * MiB, 100 << 10, 1, 64 << 10,
+					  (64 << 10) + 1 };
+	enum { ROUNDS = 16, N = ROUNDS * 6 };
+	const uint64_t stride = 8 * MiB + 4096;
+	struct kvt_submit_opts o = { .notify = "small", .notify_len = 5 };
+	struct kvt_batch *b[N];
+	struct kvt_xfer x;
+	struct tc_peer t;
+	struct kvt_peer *p;
+	uint8_t *local;
+	uint64_t remote, len, off;
+	char buf[64];
+	int i;
+
+	p = setup(&t, N * stride, &local, &remote);
+	cr_assert_eq(tc_cuda_fill(local, N * stride, 77), 0);
+	for (i = 0; i < N; i++) {
+		len = sizes[i % 6];
+		b[i] = kvt_batch_alloc(1);
+		cr_assert_not_null(b[i]);
+		x = (struct kvt_xfer){ .op = KVT_OP_WRITE, .local = local + i * stride,
+				       .remote = remote + i * stride, .len = len };
+		cr_assert_eq(kvt_submit(b[i], p, &x, 1, len == 1 ? &o : NULL), 0,
+			     "submit %d", i);
+	}
+	for (i = 0; i < N; i++) {
+		cr_assert_eq(kvt_wait(b[i], 30000000), 0, "submission %d", i);
+		cr_assert_eq(kvt_status(b[i], 0), 0);
+		kvt_batch_free(b[i]);
+		off = i * stride;
+		len = sizes[i % 6];
+		cr_assert_eq(peer_sum(&t, off, len), tc_cuda_hash(local + off, len),
+			     "submission %d (%" PRIu64 " B) damaged", i, len);
+	}
+	cr_assert_eq(tc_peer_cmd(&t, buf, sizeof(buf), "notes 200000"), 0);
+	cr_assert(strstr(buf, "small@") != NULL, "notification: '%s'", buf);
+	kvt_peer_close(p);
+	tc_peer_stop(&t);
+	kvt_fini();
+#endif
+}
+
+/*
+ * The resident kernel returns once the engine is idle, so an application
+ * that synchronises its whole device is not held up by the engine; the
+ * next small request starts it again.
+ */
+Test(nvlink, idle_engine_holds_no_kernel, .timeout = 120)
+{
+	need_two_gpus();
+#ifdef KVT_HAVE_CUDA
+	struct kvt_batch *b;
+	struct kvt_xfer x;
+	struct tc_peer t;
+	struct kvt_peer *p;
+	uint8_t *local;
+	uint64_t remote, t0, us;
+	int round;
+
+	p = setup(&t, 1 * MiB, &local, &remote);
+	b = kvt_batch_alloc(1);
+	cr_assert_not_null(b);
+	x = (struct kvt_xfer){ .op = KVT_OP_WRITE, .local = local,
+			       .remote = remote, .len = 4096 };
+	for (round = 0; round < 3; round++) {
+		cr_assert_eq(tc_cuda_fill(local, 4096, 900 + round), 0);
+		cr_assert_eq(kvt_submit(b, p, &x, 1, NULL), 0);
+		cr_assert_eq(kvt_wait(b, 10000000), 0);
+		cr_assert_eq(kvt_status(b, 0), 0);
+		kvt_batch_reset(b);
+		t0 = tc_now_us();
+		cr_assert_eq(cudaSetDevice(0), cudaSuccess);
+		cr_assert_eq(cudaDeviceSynchronize(), cudaSuccess);
+		us = tc_now_us() - t0;
+		cr_log_info("cudaDeviceSynchronize right after a small write: %" PRIu64 " us",
+			    us);
+		cr_assert_lt(us, 1000000, "the device stayed busy %" PRIu64 " us", us);
+		cr_assert_eq(peer_sum(&t, 0, 4096), tc_cuda_hash(local, 4096),
+			     "round %d", round);
+	}
+	kvt_batch_free(b);
+	kvt_peer_close(p);
+	tc_peer_stop(&t);
+	kvt_fini();
+#endif
+}
+
+#ifdef KVT_HAVE_CUDA
+/* kvfwd --verify GPU0 -> GPU1 with batch requests per submission: at
+ * least 100 000 rounds checked where they landed, none mixed or stale. */
+static void
+stale_rounds(unsigned int batch)
+{
 	char cmd[PATH_MAX + 512], bin[PATH_MAX], out[16384];
 	unsigned long long checked = 0, mixed = 1, stale = 1;
 	const char *env = getenv("KVT_KVFWD");
@@ -317,7 +413,7 @@ Test(nvlink, stale_completion_100k_rounds, .timeout = 600)
 	snprintf(cmd, sizeof(cmd),
 		 "%s -- --kvt-idle sleep:20 --kvt-pmd shm --kvt-pmd nvlink loopback "
 		 "--src-loc cuda:0 --dst-loc cuda:1 --verify --threads 4 "
-		 "--block 4K --batch 32 --buffer 1M --total 420M 2>&1", bin);
+		 "--block 4K --batch %u --buffer 1M --total 420M 2>&1", bin, batch);
 	f = popen(cmd, "r");
 	while (n + 1 < sizeof(out) && fgets(out + n, (int)(sizeof(out) - n), f))
 		n += strlen(out + n);
@@ -327,12 +423,24 @@ Test(nvlink, stale_completion_100k_rounds, .timeout = 600)
 	cr_assert_not_null(v, "%s", out);
 	cr_assert_eq(sscanf(v, "verify %llu blocks checked where they landed, %llu mixed, %llu stale",
 			    &checked, &mixed, &stale), 3, "%s", out);
-	cr_log_info("%llu rounds checked at the receiver, %llu mixed, %llu stale",
-		    checked, mixed, stale);
+	cr_log_info("batch %u: %llu rounds checked at the receiver, %llu mixed, %llu stale",
+		    batch, checked, mixed, stale);
 	cr_assert_geq(checked, 100000, "%s", out);
 	cr_assert_eq(mixed, 0);
 	cr_assert_eq(stale, 0);
 	cr_assert_eq(WEXITSTATUS(st), 0, "%s", out);
+}
+#endif
+
+/* The stale-completion stress (DESIGN §1) on GPUs: threads share
+ * destination slots, over 100 000 rounds; batches of 32 blocks take the
+ * gather kernel, single blocks the resident kernel. */
+Test(nvlink, stale_completion_100k_rounds, .timeout = 600)
+{
+	need_two_gpus();
+#ifdef KVT_HAVE_CUDA
+	stale_rounds(32);
+	stale_rounds(1);
 #endif
 }
 

@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * NVLink kernels: the gather/scatter copy for many small pages, which
- * also writes the fence and completion words, and the receiver's fence
- * wait.
+ * also writes the fence and completion words; a lane's resident kernel,
+ * which does the same for small requests it reads from host memory; and
+ * the receiver's fence wait.
  *
  * Ordering: every block copies its share, then __threadfence_system() and
  * counts itself done with an atomic; the block that counts last therefore
@@ -101,6 +102,98 @@ kvt_nv_gather(const struct kvt_nv_task *tasks, uint32_t n,
 	if (tasks == NULL)
 		memcpy(it.t, inl, n * sizeof(it.t[0]));
 	gather<<<blocks, 512, 0, (cudaStream_t)stream>>>(tasks, n, it, *tail);
+	return (int)cudaGetLastError();
+}
+
+__device__ static uint64_t
+min_u64(uint64_t a, uint64_t b)
+{
+	return a < b ? a : b;
+}
+
+__device__ static uint64_t
+load_relaxed_sys(const uint64_t *p)
+{
+	uint64_t v;
+
+	asm volatile("ld.relaxed.sys.global.u64 %0, [%1];"
+		     : "=l"(v) : "l"(p) : "memory");
+	return v;
+}
+
+/*
+ * Warp 0 waits for the command of ticket t: lanes 0-7 load the line's
+ * eight words in one instruction, every lane checks the whole line.
+ */
+__device__ static void
+cmd_wait(const struct kvt_nv_cmd *slot, uint64_t t, struct kvt_nv_cmd *out)
+{
+	const uint64_t *w = (const uint64_t *)slot;
+	const unsigned int lane = threadIdx.x;
+	uint64_t v, line[8];
+	int i;
+
+	for (;;) {
+		v = lane < 8 ? load_relaxed_sys(w + lane) : 0;
+		for (i = 0; i < 8; i++)
+			line[i] = __shfl_sync(0xffffffffu, v, i);
+		if (line[0] == t && line[7] == kvt_nv_cmd_check(line))
+			break;
+	}
+	if (lane < 8)
+		((uint64_t *)out)[lane] = v;
+}
+
+/*
+ * A lane's resident kernel (see nvlink.h): the copy of a small request
+ * starts when the GPU reads its command line, with no launch.  The warps
+ * split the copy in 16-byte-aligned chunks.  Every thread fences its own
+ * stores system-wide before the barrier (a barrier and thread 0's
+ * release store alone let the fence overtake other warps' NVLink stores:
+ * the stale-completion test counted mixed blocks that way), so a receiver
+ * that acquires the fence sees the data.
+ */
+__global__ static void __launch_bounds__(KVT_NV_RES_THREADS)
+resident(const struct kvt_nv_cmd *cmds, uint32_t ncmds, uint64_t first,
+	 uint64_t progress)
+{
+	const unsigned int warp = threadIdx.x / WARP, nwarps = blockDim.x / WARP;
+	__shared__ struct kvt_nv_cmd c;
+	struct kvt_nv_task part;
+	uint64_t t, chunk, off;
+
+	for (t = first;; t++) {
+		if (warp == 0)
+			cmd_wait(&cmds[t % ncmds], t, &c);
+		__syncthreads();
+		if (c.len & KVT_NV_CMD_EXIT)
+			break;
+		chunk = ((c.len + nwarps - 1) / nwarps + 15) & ~15ull;
+		off = min_u64(chunk * warp, c.len);
+		part.src = c.src + off;
+		part.dst = c.dst + off;
+		part.len = min_u64(chunk, c.len - off);
+		copy_task(&part, threadIdx.x % WARP);
+		__threadfence_system();
+		__syncthreads();
+		if (threadIdx.x == 0) {
+			if (c.fence)
+				store_release_sys(c.fence, c.room);
+			if (c.done)
+				store_release_sys(c.done, 1);
+			store_release_sys(progress, t);
+		}
+	}
+	if (threadIdx.x == 0)
+		store_release_sys(progress, t);
+}
+
+extern "C" int
+kvt_nv_resident(const struct kvt_nv_cmd *cmds, uint32_t ncmds, uint64_t first,
+		uint64_t progress, void *stream)
+{
+	resident<<<1, KVT_NV_RES_THREADS, 0, (cudaStream_t)stream>>>(
+		cmds, ncmds, first, progress);
 	return (int)cudaGetLastError();
 }
 

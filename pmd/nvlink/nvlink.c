@@ -17,7 +17,9 @@
  * kernel's last block, after all blocks' copies are visible system-wide,
  * stores the fence (room id), the submission's done word and the lane's
  * progress word (see kernels.cu).  Stream order puts the copy-engine
- * copies before that kernel.  No completion is ever learned by querying
+ * copies before that kernel.  A small request skips the launch: the
+ * lane's resident kernel picks it up from pinned host memory (see "Resident
+ * kernels" below).  No completion is ever learned by querying
  * the stream: the lcore and kvt_poll() read words the GPU stored.
  *
  * A notification is pushed by the lcore into the peer's inbox once the
@@ -30,6 +32,7 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <inttypes.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -58,6 +61,8 @@ RTE_LOG_REGISTER(nv_logtype, kvt.pmd.nvlink, NOTICE);
 #define NV_CE_MIN (4u << 20)	/* requests this large use copy engines */
 #define NV_DEFAULT_SMS 16
 #define NV_BLOCKS_PER_SM 4
+#define NV_RES_MAX (64u << 10)	/* requests this small go to a resident kernel */
+#define NV_RES_IDLE_US 200	/* it returns after this long without one */
 
 /* ---- driver entry points ---- */
 
@@ -264,6 +269,10 @@ struct nv_lane {
 	uint64_t ticket;	/* last issued */
 	uint64_t ring_end[NV_TICKETS];	/* head after each ticket */
 	unsigned int *counters;	/* device: one per ticket slot */
+	struct kvt_nv_cmd *cmds;	/* pinned, mapped: one per ticket slot */
+	uint64_t cmds_d;	/* their device address */
+	int resident;		/* the resident kernel runs on st */
+	uint64_t last_cmd;	/* TSC when it was last given a command */
 };
 
 /* A submission waiting for its kernel so the lcore can notify. */
@@ -283,6 +292,9 @@ struct nv_port {
 	struct nv_wait *free_waits;
 	struct kvt_nv_task *scratch;	/* tasks of one submission */
 	uint32_t scratch_cap;
+	unsigned int res_idle_us;	/* resident=US; 0: no resident kernels */
+	uint64_t res_idle;	/* the same in TSC cycles (EAL is up at start) */
+	unsigned int nres;	/* lanes whose resident kernel runs */
 };
 
 /* ---- allocations (kvt_mem_alloc) ---- */
@@ -755,6 +767,7 @@ lane_free(struct nv_lane *l)
 	cudaFreeHost(l->ring);
 	cudaFree(l->dring);
 	cudaFreeHost(l->progress);
+	cudaFreeHost(l->cmds);
 	cudaFree(l->counters);
 	cudaGetLastError();
 	free(l);
@@ -777,6 +790,8 @@ lane_new(int dev)
 	    cudaSuccess ||
 	    cudaHostAlloc((void **)&l->progress, 64,
 			  cudaHostAllocMapped | cudaHostAllocPortable) != cudaSuccess ||
+	    cudaHostAlloc((void **)&l->cmds, NV_TICKETS * sizeof(*l->cmds),
+			  cudaHostAllocMapped | cudaHostAllocPortable) != cudaSuccess ||
 	    cudaMalloc((void **)&l->counters, NV_TICKETS * sizeof(unsigned int)) !=
 	    cudaSuccess ||
 	    cudaMemset(l->counters, 0, NV_TICKETS * sizeof(unsigned int)) !=
@@ -788,18 +803,20 @@ lane_new(int dev)
 	}
 	*l->progress = 0;
 	l->progress_d = host_dptr(l->progress);
+	memset(l->cmds, 0, NV_TICKETS * sizeof(*l->cmds));
+	l->cmds_d = host_dptr(l->cmds);
 	return l;
 }
 
 static int
 nv_probe(const struct kvt_pmd *pmd, const char *args)
 {
-	static const char *const keys[] = { "per_gpu", "sms", NULL };
+	static const char *const keys[] = { "per_gpu", "sms", "resident", NULL };
 	struct rte_kvargs *kv = NULL;
 	struct nv_port *np;
 	const char *v;
 	char name[32];
-	int per_gpu = 0, sms = NV_DEFAULT_SMS, i, n;
+	int per_gpu = 0, sms = NV_DEFAULT_SMS, idle = NV_RES_IDLE_US, i, n;
 
 	if (args != NULL && *args != '\0') {
 		kv = rte_kvargs_parse(args, keys);
@@ -809,8 +826,10 @@ nv_probe(const struct kvt_pmd *pmd, const char *args)
 			per_gpu = atoi(v) != 0;
 		if ((v = rte_kvargs_get(kv, "sms")) != NULL)
 			sms = atoi(v);
+		if ((v = rte_kvargs_get(kv, "resident")) != NULL)
+			idle = atoi(v);
 		rte_kvargs_free(kv);
-		if (sms < 1 || sms > 1024)
+		if (sms < 1 || sms > 1024 || idle < 0 || idle > 10000000)
 			return -EINVAL;
 	}
 	n = devices_init();
@@ -823,6 +842,7 @@ nv_probe(const struct kvt_pmd *pmd, const char *args)
 		np->dev = per_gpu ? i : -1;
 		np->blocks = (unsigned int)RTE_MIN(sms, nv.dev[0].sms) *
 			NV_BLOCKS_PER_SM;
+		np->res_idle_us = (unsigned int)idle;
 		if (per_gpu)
 			snprintf(name, sizeof(name), "nvlink:%d", i);
 		else
@@ -833,8 +853,9 @@ nv_probe(const struct kvt_pmd *pmd, const char *args)
 			return -ENOSPC;
 		}
 	}
-	NV_LOG(NOTICE, "%d GPU(s), %s, SM budget %d%s", n,
+	NV_LOG(NOTICE, "%d GPU(s), %s, SM budget %d, resident kernels %s%s", n,
 	       per_gpu ? "a port per GPU" : "one port", sms,
+	       idle > 0 ? "on" : "off",
 	       nv.dev[0].fabric ? ", fabric handles" : "");
 	return 0;
 }
@@ -858,10 +879,13 @@ nv_start(struct kvt_port *port)
 		}
 	}
 	cudaSetDevice(old);
+	np->res_idle = rte_get_tsc_hz() / 1000000 * np->res_idle_us;
 	np->scratch_cap = 65536;
 	np->scratch = malloc(np->scratch_cap * sizeof(*np->scratch));
 	return np->scratch != NULL ? 0 : -ENOMEM;
 }
+
+static void res_stop_all(struct nv_port *np);
 
 static void
 nv_stop(struct kvt_port *port)
@@ -871,6 +895,7 @@ nv_stop(struct kvt_port *port)
 	int s, d;
 
 	/* Finish what the GPU has, then settle what waits on it. */
+	res_stop_all(np);
 	for (s = 0; s < NV_MAX_DEV; s++)
 		for (d = 0; d < NV_MAX_DEV; d++)
 			if (np->lane[s][d] != NULL) {
@@ -1035,10 +1060,147 @@ ring_take(struct nv_lane *l, uint32_t n)
 	return &l->ring[start % NV_RING];
 }
 
+/*
+ * Resident kernels.  A launch costs microseconds before the GPU moves a
+ * byte; for a small request that is most of its latency.  So a lane
+ * that gets one starts a resident kernel on its stream (one block,
+ * KVT_NV_RES_THREADS threads), and later small requests are commands the
+ * kernel reads from pinned host memory: the lcore writes a line, the GPU
+ * sees it on its next poll.  The kernel takes tickets like a launch and
+ * stores the lane's progress word, so everything that waits on tickets
+ * works unchanged.  Stream work on the lane (a big request, a source
+ * event) first sends the kernel an exit command, so stream order keeps
+ * the two apart; after res_idle without a command the lcore sends one
+ * too, so an idle engine holds no SM and a cudaDeviceSynchronize() in the
+ * application waits at most that long for it.
+ */
+static int
+res_post(struct nv_lane *l, uint64_t src, uint64_t dst, uint64_t len,
+	 const struct kvt_nv_tail *tail)
+{
+	struct kvt_nv_cmd *c;
+	uint64_t w[KVT_NV_CMD_WORDS];
+
+	if (ring_take(l, 0) == NULL)
+		return -ETIMEDOUT;
+	l->ticket++;
+	l->ring_end[l->ticket % NV_TICKETS] = l->head;
+	w[0] = l->ticket;
+	w[1] = src;
+	w[2] = dst;
+	w[3] = len;
+	w[4] = tail->fence;
+	w[5] = tail->room;
+	w[6] = tail->done;
+	c = &l->cmds[l->ticket % NV_TICKETS];
+	memcpy(c, w, sizeof(w));
+	__atomic_store_n(&c->check, kvt_nv_cmd_check(w), __ATOMIC_RELEASE);
+	l->last_cmd = rte_get_tsc_cycles();
+	return 0;
+}
+
+static int
+res_start(struct nv_port *np, struct nv_lane *l)
+{
+	use_dev(l->dev);
+	if (kvt_nv_resident((const struct kvt_nv_cmd *)(uintptr_t)l->cmds_d,
+			    NV_TICKETS, l->ticket + 1, l->progress_d, l->st) != 0)
+		return -EIO;
+	l->resident = 1;
+	np->nres++;
+	NV_LOG(DEBUG, "resident kernel on cuda:%d from ticket %" PRIu64,
+	       l->dev, l->ticket + 1);
+	return 0;
+}
+
+/* Ask the lane's resident kernel, if any, to return. */
+static int
+res_stop(struct nv_port *np, struct nv_lane *l)
+{
+	static const struct kvt_nv_tail none;
+	int ret;
+
+	if (!l->resident)
+		return 0;
+	ret = res_post(l, 0, 0, KVT_NV_CMD_EXIT, &none);
+	if (ret < 0)
+		return ret;
+	l->resident = 0;
+	np->nres--;
+	return 0;
+}
+
+static void
+res_stop_all(struct nv_port *np)
+{
+	int s, d;
+
+	for (s = 0; s < NV_MAX_DEV && np->nres > 0; s++)
+		for (d = 0; d < NV_MAX_DEV; d++)
+			if (np->lane[s][d] != NULL)
+				res_stop(np, np->lane[s][d]);
+}
+
+/* Resident kernels idle for res_idle return. */
+static void
+res_reap(struct nv_port *np)
+{
+	uint64_t now = rte_get_tsc_cycles();
+	struct nv_lane *l;
+	int s, d;
+
+	for (s = 0; s < nv.ndev; s++)
+		for (d = 0; d < nv.ndev; d++) {
+			l = np->lane[s][d];
+			if (l != NULL && l->resident &&
+			    now - l->last_cmd > np->res_idle)
+				res_stop(np, l);
+		}
+}
+
+/*
+ * A submission for a resident kernel: at most one request (or only a
+ * fence), of at most NV_RES_MAX bytes, not waiting for a source event.
+ */
+static int
+res_fits(const struct nv_port *np, const struct kvt_subinfo *si)
+{
+	uint64_t len;
+
+	if (np->res_idle == 0 || si->cuda_event != NULL || si->n > 1)
+		return 0;
+	if (si->n == 0)
+		return 1;
+	if (si->pages != NULL)
+		return si->pages->n == 1 && si->pages->page_size <= NV_RES_MAX;
+	len = kvt_subinfo_req(si, 0)->len;
+	return len <= NV_RES_MAX;
+}
+
+/* The submission's copy (scratch[0], or none) as a command. */
+static int
+res_issue(struct nv_port *np, struct nv_lane *l, uint32_t ntask,
+	  struct kvt_nv_tail *tail)
+{
+	const struct kvt_nv_task *t = &np->scratch[0];
+	int ret;
+
+	if (!l->resident) {
+		ret = res_start(np, l);
+		if (ret < 0)
+			return ret;
+	}
+	ret = ntask == 0 ? res_post(l, 0, 0, 0, tail) :
+		res_post(l, t->src, t->dst, t->len, tail);
+	tail->ticket = l->ticket;
+	return ret;
+}
+
 struct nv_plan {
 	struct nv_lane *lanes[NV_MAX_DEV * NV_MAX_DEV];
 	int nlanes;
 	struct nv_lane *primary;
+	int resident;		/* for the primary lane's resident kernel */
 };
 
 static int
@@ -1057,15 +1219,24 @@ lane_of(struct nv_port *np, const struct kvt_xreq *x, int port_id,
 }
 
 
-/* A lane joins the plan; it first waits for the source's event. */
+/*
+ * A lane joins the plan; it first waits for the source's event.  Unless
+ * the plan is for the lane's resident kernel, that kernel is asked to
+ * return first, so the stream work queues behind it.
+ */
 static int
-plan_add(struct nv_plan *p, struct nv_lane *l, void *event)
+plan_add(struct nv_port *np, struct nv_plan *p, struct nv_lane *l, void *event)
 {
-	int i;
+	int i, ret;
 
 	for (i = 0; i < p->nlanes; i++)
 		if (p->lanes[i] == l)
 			return 0;
+	if (!p->resident) {
+		ret = res_stop(np, l);
+		if (ret < 0)
+			return ret;
+	}
 	p->lanes[p->nlanes++] = l;
 	if (p->primary == NULL)
 		p->primary = l;
@@ -1146,7 +1317,7 @@ issue_copies(struct nv_port *np, struct kvt_port *port,
 		x = kvt_subinfo_req(si, i);
 		ret = lane_of(np, x, port->id, &l);
 		if (ret == 0 && l != last)
-			ret = plan_add(plan, l, si->cuda_event);
+			ret = plan_add(np, plan, l, si->cuda_event);
 		if (ret < 0)
 			return ret;
 		last = l;
@@ -1172,7 +1343,7 @@ issue_copies(struct nv_port *np, struct kvt_port *port,
 	if (plan->primary == NULL) {
 		/* Only a fence or a notification: any lane will do. */
 		i = np->dev >= 0 ? (uint32_t)np->dev : 0;
-		return plan_add(plan, np->lane[i][i], si->cuda_event);
+		return plan_add(np, plan, np->lane[i][i], si->cuda_event);
 	}
 	return 0;
 }
@@ -1268,6 +1439,7 @@ sub_fail(struct nv_port *np, struct kvt_desc *d, int err)
 	int s, t;
 
 	/* Let what was queued finish before saying done. */
+	res_stop_all(np);
 	for (s = 0; s < NV_MAX_DEV; s++)
 		for (t = 0; t < NV_MAX_DEV; t++)
 			if (np->lane[s][t] != NULL) {
@@ -1285,7 +1457,7 @@ issue_sub(struct kvt_port *port, struct kvt_desc *d)
 	struct nv_port *np = port->priv;
 	const struct kvt_subinfo *si = d->data;
 	struct kvt_nv_tail tail = { 0 };
-	struct nv_plan plan = { .nlanes = 0 };
+	struct nv_plan plan = { .resident = res_fits(np, si) };
 	const struct nv_rmem *fr;
 	struct nv_wait *w;
 	uint32_t ntask;
@@ -1328,8 +1500,12 @@ issue_sub(struct kvt_port *port, struct kvt_desc *d)
 			return;
 		}
 	}
-	ret = ntask == 1 && plan.nlanes == 1 ? tiny(np, plan.primary, &tail) :
-		launch(np, plan.primary, ntask, &tail);
+	if (plan.resident)
+		ret = res_issue(np, plan.primary, ntask, &tail);
+	else if (ntask == 1 && plan.nlanes == 1)
+		ret = tiny(np, plan.primary, &tail);
+	else
+		ret = launch(np, plan.primary, ntask, &tail);
 	if (ret < 0) {
 		sub_fail(np, d, ret);
 		return;
@@ -1377,6 +1553,8 @@ nv_poll(struct kvt_port *port)
 	unsigned int n = 0;
 	int ret;
 
+	if (np->nres > 0)
+		res_reap(np);
 	while ((w = *pp) != NULL) {
 		if (__atomic_load_n(w->lane->progress, __ATOMIC_ACQUIRE) <
 		    w->ticket) {
