@@ -201,6 +201,20 @@ Test(nvlink, page_list_with_fence, .timeout = 300)
 			     "page %u", k);
 	cr_assert_eq(kvt_wait(b, 10000000), 0);
 	cr_assert_eq(kvt_status(b, 0), 0);
+	/* A list of one page takes the resident kernel: the same promise. */
+	kvt_batch_reset(b);
+	cr_assert_eq(tc_cuda_fill(local + 3 * pg, pg, 44), 0);
+	li[0] = 3;
+	ri[0] = n - 2;
+	pl.n = 1;
+	cr_assert_eq(tc_peer_num(&t, "arm 6 79"), 0);
+	o.fence = (struct kvt_fence_ref){ .table = ft, .slot = 6, .room = 79 };
+	cr_assert_eq(kvt_submit_pages(b, p, &pl, &o), 0);
+	cr_assert_eq(tc_peer_num(&t, "fwait 6 10000000"), 0);
+	cr_assert_eq(peer_sum(&t, (uint64_t)(n - 2) * pg, pg),
+		     tc_cuda_hash(local + 3 * pg, pg), "the single page");
+	cr_assert_eq(kvt_wait(b, 10000000), 0);
+	cr_assert_eq(kvt_status(b, 0), 0);
 	kvt_batch_free(b);
 	free(li);
 	free(ri);
@@ -225,7 +239,7 @@ Test(nvlink, event_guards_the_source, .timeout = 300)
 	cudaStream_t s;
 	cudaEvent_t ev;
 	uint8_t *local, *want;
-	uint64_t remote;
+	uint64_t remote, n;
 	int round;
 
 	p = setup(&t, len, &local, &remote);
@@ -235,17 +249,20 @@ Test(nvlink, event_guards_the_source, .timeout = 300)
 	cr_assert_eq(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), cudaSuccess);
 	b = kvt_batch_alloc(1);
 	for (round = 1; round <= 20; round++) {
-		cr_assert_eq(tc_cuda_slow_fill(local, len, (uint8_t)round, 2000, s), 0);
+		/* Odd rounds are small: an event keeps them off the resident
+		 * kernel, on the stream that waits for it. */
+		n = round % 2 ? 4096 : len;
+		cr_assert_eq(tc_cuda_slow_fill(local, n, (uint8_t)round, 2000, s), 0);
 		cr_assert_eq(cudaEventRecord(ev, s), cudaSuccess);
 		o.cuda_event = ev;
 		x = (struct kvt_xfer){ .op = KVT_OP_WRITE, .local = local,
-				       .remote = remote, .len = len };
+				       .remote = remote, .len = n };
 		cr_assert_eq(kvt_submit(b, p, &x, 1, &o), 0);
 		cr_assert_eq(kvt_wait(b, 10000000), 0);
 		cr_assert_eq(kvt_status(b, 0), 0);
 		kvt_batch_reset(b);
-		memset(want, round, len);
-		cr_assert_eq(peer_sum(&t, 0, len), tc_hash(want, len),
+		memset(want, round, n);
+		cr_assert_eq(peer_sum(&t, 0, n), tc_hash(want, n),
 			     "round %d: stale source bytes arrived", round);
 	}
 	kvt_batch_free(b);
