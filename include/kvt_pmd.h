@@ -407,6 +407,16 @@ struct kvt_pmd_env {
 
 const struct kvt_pmd_env *kvt_pmd_env(void);
 
+struct rte_kvargs;
+
+/**
+ * A PMD option that is a whole decimal number: with key absent from kv,
+ * *out stays as it is.
+ * @return 0, or -EINVAL when the value is not a number in [lo, hi].
+ */
+int kvt_kv_long(const struct rte_kvargs *kv, const char *key, long lo,
+		long hi, long *out);
+
 /** Notification inbox: a bounded lock-free queue, possibly shared. */
 struct kvt_inbox;
 

@@ -8,6 +8,7 @@
 #include <time.h>
 
 #include <rte_cycles.h>
+#include <rte_kvargs.h>
 
 #include "kvt_private.h"
 
@@ -88,4 +89,25 @@ kvt_refuse(int err, const char *fmt, ...)
 	va_end(ap);
 	KVT_LOG(ERR, "%s", msg);
 	return -err;
+}
+
+int
+kvt_kv_long(const struct rte_kvargs *kv, const char *key, long lo, long hi,
+	    long *out)
+{
+	const char *v = rte_kvargs_get(kv, key);
+	char *end;
+	long n;
+
+	if (v == NULL)
+		return 0;
+	errno = 0;
+	n = strtol(v, &end, 10);
+	if (end == v || *end != '\0' || errno != 0 || n < lo || n > hi) {
+		KVT_LOG(ERR, "PMD option %s=%s: a number in %ld..%ld", key, v,
+			lo, hi);
+		return -EINVAL;
+	}
+	*out = n;
+	return 0;
 }

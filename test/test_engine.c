@@ -79,6 +79,12 @@ Test(engine, bad_options, .init = cr_redirect_stderr, .timeout = 30)
 		{ "--kvt-name", "bad name" },
 		{ "--kvt-cluster", "" },
 		{ "--kvt-pmd", "nosuchpmd" },
+		{ "--kvt-pmd", "null,ports=0" },
+		{ "--kvt-pmd", "shm,ports=2x" },
+		{ "--kvt-pmd", "tcp,conns=9" },
+		{ "--kvt-pmd", "rdma,sq=100" },
+		{ "--kvt-pmd", "nvlink,resident=-1" },
+		{ "--kvt-pmd", "nvlink,sms=many" },
 		{ "--kvt-bogus", "1" },
 	};
 	char *argv[5], buf[8192];
@@ -106,6 +112,7 @@ Test(engine, bad_options, .init = cr_redirect_stderr, .timeout = 30)
 	cr_assert(strstr(buf, "--kvt-slice") != NULL);
 	cr_assert(strstr(buf, "unknown transport in --kvt-pmd nosuchpmd") != NULL);
 	cr_assert(strstr(buf, "--kvt-bogus") != NULL);
+	cr_assert(strstr(buf, "option conns=9: a number in 1..8") != NULL, "%s", buf);
 }
 
 Test(engine, option_parser, .timeout = 10)

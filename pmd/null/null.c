@@ -22,24 +22,18 @@ null_probe(const struct kvt_pmd *pmd, const char *args)
 {
 	static const char *const keys[] = { "ports", NULL };
 	struct rte_kvargs *kv = NULL;
-	const char *v;
 	char name[32];
-	char *end;
 	long n = 1, i;
+	int ret;
 
 	if (args != NULL && *args != '\0') {
 		kv = rte_kvargs_parse(args, keys);
 		if (kv == NULL)
 			return -EINVAL;
-		v = rte_kvargs_get(kv, "ports");
-		if (v != NULL) {
-			n = strtol(v, &end, 10);
-			if (*end != '\0' || n < 1 || n > NULL_MAX_PORTS) {
-				rte_kvargs_free(kv);
-				return -EINVAL;
-			}
-		}
+		ret = kvt_kv_long(kv, "ports", 1, NULL_MAX_PORTS, &n);
 		rte_kvargs_free(kv);
+		if (ret < 0)
+			return ret;
 	}
 	for (i = 0; i < n; i++) {
 		snprintf(name, sizeof(name), "null%ld", i);

@@ -814,23 +814,22 @@ nv_probe(const struct kvt_pmd *pmd, const char *args)
 	static const char *const keys[] = { "per_gpu", "sms", "resident", NULL };
 	struct rte_kvargs *kv = NULL;
 	struct nv_port *np;
-	const char *v;
 	char name[32];
-	int per_gpu = 0, sms = NV_DEFAULT_SMS, idle = NV_RES_IDLE_US, i, n;
+	long per_gpu = 0, sms = NV_DEFAULT_SMS, idle = NV_RES_IDLE_US;
+	int i, n, ret;
 
 	if (args != NULL && *args != '\0') {
 		kv = rte_kvargs_parse(args, keys);
 		if (kv == NULL)
 			return -EINVAL;
-		if ((v = rte_kvargs_get(kv, "per_gpu")) != NULL)
-			per_gpu = atoi(v) != 0;
-		if ((v = rte_kvargs_get(kv, "sms")) != NULL)
-			sms = atoi(v);
-		if ((v = rte_kvargs_get(kv, "resident")) != NULL)
-			idle = atoi(v);
+		ret = kvt_kv_long(kv, "per_gpu", 0, 1, &per_gpu);
+		if (ret == 0)
+			ret = kvt_kv_long(kv, "sms", 1, 1024, &sms);
+		if (ret == 0)
+			ret = kvt_kv_long(kv, "resident", 0, 10000000, &idle);
 		rte_kvargs_free(kv);
-		if (sms < 1 || sms > 1024 || idle < 0 || idle > 10000000)
-			return -EINVAL;
+		if (ret < 0)
+			return ret;
 	}
 	n = devices_init();
 	if (n == 0)
@@ -840,7 +839,7 @@ nv_probe(const struct kvt_pmd *pmd, const char *args)
 		if (np == NULL)
 			return -ENOMEM;
 		np->dev = per_gpu ? i : -1;
-		np->blocks = (unsigned int)RTE_MIN(sms, nv.dev[0].sms) *
+		np->blocks = (unsigned int)RTE_MIN(sms, (long)nv.dev[0].sms) *
 			NV_BLOCKS_PER_SM;
 		np->res_idle_us = (unsigned int)idle;
 		if (per_gpu)
@@ -853,7 +852,7 @@ nv_probe(const struct kvt_pmd *pmd, const char *args)
 			return -ENOSPC;
 		}
 	}
-	NV_LOG(NOTICE, "%d GPU(s), %s, SM budget %d, resident kernels %s%s", n,
+	NV_LOG(NOTICE, "%d GPU(s), %s, SM budget %ld, resident kernels %s%s", n,
 	       per_gpu ? "a port per GPU" : "one port", sms,
 	       idle > 0 ? "on" : "off",
 	       nv.dev[0].fabric ? ", fabric handles" : "");

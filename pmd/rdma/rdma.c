@@ -196,9 +196,8 @@ args_parse(const char *args, unsigned int *qps, unsigned int *sq, char *root,
 	static const char *const keys[] = { "qps", "sq", "sysfs", NULL };
 	struct rte_kvargs *kv;
 	const char *v;
-	char *end;
-	long n;
-	int ret = 0;
+	long q = *qps, n = *sq;
+	int ret;
 
 	if (args == NULL || *args == '\0')
 		return 0;
@@ -207,24 +206,17 @@ args_parse(const char *args, unsigned int *qps, unsigned int *sq, char *root,
 		RD_LOG(ERR, "--kvt-pmd rdma,%s: unknown key (qps, sq, sysfs)", args);
 		return -EINVAL;
 	}
-	if ((v = rte_kvargs_get(kv, "qps")) != NULL) {
-		n = strtol(v, &end, 10);
-		if (*end != '\0' || n < 1 || n > RD_MAX_QPS)
-			ret = -EINVAL;
-		*qps = (unsigned int)n;
+	ret = kvt_kv_long(kv, "qps", 1, RD_MAX_QPS, &q);
+	if (ret == 0)
+		ret = kvt_kv_long(kv, "sq", 2 * RD_CHAIN, RD_SQ_MAX, &n);
+	if (ret == 0 && (n & (n - 1)) != 0) {
+		RD_LOG(ERR, "--kvt-pmd rdma,%s: sq is a power of two", args);
+		ret = -EINVAL;
 	}
-	if ((v = rte_kvargs_get(kv, "sq")) != NULL) {
-		n = strtol(v, &end, 10);
-		if (*end != '\0' || n < 2 * RD_CHAIN || n > RD_SQ_MAX ||
-		    (n & (n - 1)) != 0)
-			ret = -EINVAL;
-		*sq = (unsigned int)n;
-	}
+	*qps = (unsigned int)q;
+	*sq = (unsigned int)n;
 	if ((v = rte_kvargs_get(kv, "sysfs")) != NULL)
 		snprintf(root, rootlen, "%s", v);
-	if (ret < 0)
-		RD_LOG(ERR, "--kvt-pmd rdma,%s: qps is 1..%d, sq a power of two in %d..%d",
-		       args, RD_MAX_QPS, 2 * RD_CHAIN, RD_SQ_MAX);
 	rte_kvargs_free(kv);
 	return ret;
 }

@@ -61,23 +61,18 @@ shm_probe(const struct kvt_pmd *pmd, const char *args)
 {
 	static const char *const keys[] = { "ports", NULL };
 	struct rte_kvargs *kv;
-	const char *v;
-	char name[32], *end;
+	char name[32];
 	long n = 1, i;
+	int ret;
 
 	if (args != NULL && *args != '\0') {
 		kv = rte_kvargs_parse(args, keys);
 		if (kv == NULL)
 			return -EINVAL;
-		v = rte_kvargs_get(kv, "ports");
-		if (v != NULL) {
-			n = strtol(v, &end, 10);
-			if (*end != '\0' || n < 1 || n > SHM_MAX_PORTS)
-				n = -1;
-		}
+		ret = kvt_kv_long(kv, "ports", 1, SHM_MAX_PORTS, &n);
 		rte_kvargs_free(kv);
-		if (n < 0)
-			return -EINVAL;
+		if (ret < 0)
+			return ret;
 	}
 	for (i = 0; i < n; i++) {
 		snprintf(name, sizeof(name), "shm%ld", i);

@@ -204,21 +204,19 @@ tcp_probe(const struct kvt_pmd *pmd, const char *args)
 	struct ifaddrs *ifa, *i;
 	struct rte_kvargs *kv;
 	struct tcp_port *tp;
-	const char *v;
 	char name[32];
 	long conns = 2;
 	uint32_t mask;
-	int n = 0;
+	int n = 0, ret;
 
 	if (args != NULL && *args != '\0') {
 		kv = rte_kvargs_parse(args, keys);
 		if (kv == NULL)
 			return -EINVAL;
-		if ((v = rte_kvargs_get(kv, "conns")) != NULL)
-			conns = strtol(v, NULL, 10);
+		ret = kvt_kv_long(kv, "conns", 1, 8, &conns);
 		rte_kvargs_free(kv);
-		if (conns < 1 || conns > 8)
-			return -EINVAL;
+		if (ret < 0)
+			return ret;
 	}
 	if (getifaddrs(&ifa) != 0)
 		return -errno;
