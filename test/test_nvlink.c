@@ -29,9 +29,9 @@
 #define MiB ((uint64_t)1 << 20)
 #define GiB ((uint64_t)1 << 30)
 
-/* Skip unless two GPUs are usable. */
+/* Skip unless want GPUs are usable. */
 static void
-need_two_gpus(void)
+need_gpus(int want)
 {
 #ifdef KVT_HAVE_CUDA
 	char why[256] = "";
@@ -39,11 +39,18 @@ need_two_gpus(void)
 
 	if (n < 0)
 		cr_skip_test("no CUDA device: %s", why);
-	if (n < 2)
-		cr_skip_test("needs two GPUs, found %d", n);
+	if (n < want)
+		cr_skip_test("needs %d GPUs, found %d", want, n);
 #else
+	RTE_SET_USED(want);
 	cr_skip_test("built without CUDA (meson -Dcuda=enabled)");
 #endif
+}
+
+static void
+need_two_gpus(void)
+{
+	need_gpus(2);
 }
 
 #ifdef KVT_HAVE_CUDA
@@ -408,7 +415,7 @@ Test(nvlink, idle_engine_holds_no_kernel, .timeout = 120)
 /* kvfwd --verify GPU0 -> GPU1 with batch requests per submission: at
  * least 100 000 rounds checked where they landed, none mixed or stale. */
 static void
-stale_rounds(unsigned int batch)
+stale_rounds(const char *dst, unsigned int batch)
 {
 	char cmd[PATH_MAX + 512], bin[PATH_MAX], out[16384];
 	unsigned long long checked = 0, mixed = 1, stale = 1;
@@ -429,8 +436,9 @@ stale_rounds(unsigned int batch)
 	}
 	snprintf(cmd, sizeof(cmd),
 		 "%s -- --kvt-idle sleep:20 --kvt-pmd shm --kvt-pmd nvlink loopback "
-		 "--src-loc cuda:0 --dst-loc cuda:1 --verify --threads 4 "
-		 "--block 4K --batch %u --buffer 1M --total 420M 2>&1", bin, batch);
+		 "--src-loc cuda:0 --dst-loc %s --verify --threads 4 "
+		 "--block 4K --batch %u --buffer 1M --total 420M 2>&1", bin, dst,
+		 batch);
 	f = popen(cmd, "r");
 	while (n + 1 < sizeof(out) && fgets(out + n, (int)(sizeof(out) - n), f))
 		n += strlen(out + n);
@@ -440,8 +448,8 @@ stale_rounds(unsigned int batch)
 	cr_assert_not_null(v, "%s", out);
 	cr_assert_eq(sscanf(v, "verify %llu blocks checked where they landed, %llu mixed, %llu stale",
 			    &checked, &mixed, &stale), 3, "%s", out);
-	cr_log_info("batch %u: %llu rounds checked at the receiver, %llu mixed, %llu stale",
-		    batch, checked, mixed, stale);
+	cr_log_info("cuda:0 -> %s, batch %u: %llu rounds checked at the receiver, %llu mixed, %llu stale",
+		    dst, batch, checked, mixed, stale);
 	cr_assert_geq(checked, 100000, "%s", out);
 	cr_assert_eq(mixed, 0);
 	cr_assert_eq(stale, 0);
@@ -456,8 +464,17 @@ Test(nvlink, stale_completion_100k_rounds, .timeout = 600)
 {
 	need_two_gpus();
 #ifdef KVT_HAVE_CUDA
-	stale_rounds(32);
-	stale_rounds(1);
+	stale_rounds("cuda:1", 32);
+	stale_rounds("cuda:1", 1);
+#endif
+}
+
+/* The same between two processes on one GPU (one lane, both ends). */
+Test(nvlink, stale_completion_one_gpu, .timeout = 300)
+{
+	need_gpus(1);
+#ifdef KVT_HAVE_CUDA
+	stale_rounds("cuda:0", 1);
 #endif
 }
 
