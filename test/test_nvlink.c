@@ -367,6 +367,53 @@ Test(nvlink, small_and_large_in_flight, .timeout = 300)
 }
 
 /*
+ * A fence alone and a notification alone (no request) take the resident
+ * kernel of the GPU's own lane; the peer sees each, in order.
+ */
+Test(nvlink, fence_and_note_alone, .timeout = 120)
+{
+	need_gpus(1);
+#ifdef KVT_HAVE_CUDA
+	struct kvt_submit_opts fo = { .flags = KVT_SUBMIT_FENCE };
+	struct kvt_submit_opts no = { .notify = "alone", .notify_len = 5 };
+	struct kvt_batch *b;
+	struct tc_peer t;
+	struct kvt_peer *p;
+	char buf[64];
+	uint64_t ft;
+	int round;
+
+	/* nvlink alone: nothing else may carry them. */
+	cr_assert_geq(tc_engine_init("--kvt-pmd nvlink"), 0);
+	cr_assert_eq(tc_peer_start(&t, "--kvt-pmd nvlink"), 0);
+	cr_assert_eq(tc_peer_cmd(&t, buf, sizeof(buf), "fence 8"), 0);
+	ft = strtoull(buf, NULL, 0);
+	p = kvt_peer_open(t.addr, 10000);
+	cr_assert_not_null(p, "open: %s", rte_strerror(rte_errno));
+	b = kvt_batch_alloc(1);
+	for (round = 1; round <= 3; round++) {
+		cr_assert_eq(tc_peer_num(&t, "arm 3 %d", 40 + round), 0);
+		fo.fence = (struct kvt_fence_ref){ .table = ft, .slot = 3,
+						   .room = 40 + round };
+		cr_assert_eq(kvt_submit(b, p, NULL, 0, &fo), 0);
+		cr_assert_eq(tc_peer_num(&t, "fwait 3 10000000"), 0, "round %d", round);
+		cr_assert_eq(kvt_wait(b, 10000000), 0);
+		cr_assert_eq(kvt_status(b, 0), 0);
+		kvt_batch_reset(b);
+	}
+	cr_assert_eq(kvt_submit(b, p, NULL, 0, &no), 0);
+	cr_assert_eq(kvt_wait(b, 10000000), 0);
+	cr_assert_eq(kvt_status(b, 0), 0);
+	cr_assert_eq(tc_peer_cmd(&t, buf, sizeof(buf), "notes 200000"), 0);
+	cr_assert(strstr(buf, "alone@") != NULL, "notification: '%s'", buf);
+	kvt_batch_free(b);
+	kvt_peer_close(p);
+	tc_peer_stop(&t);
+	kvt_fini();
+#endif
+}
+
+/*
  * The resident kernel returns once the engine is idle, so an application
  * that synchronises its whole device is not held up by the engine; the
  * next small request starts it again.
