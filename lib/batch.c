@@ -51,13 +51,26 @@ enum { TAIL_FENCE, TAIL_NOTIFY, TAIL_DONE };
 struct kvt_req {
 	struct kvt_xreq x;	/* first: what whole-submission ports read */
 	uint64_t settled;	/* bytes done or failed; lcores add */
-	int32_t err;		/* first error; lcores CAS */
 	struct kvt_sub *s;
-	struct kvt_mem *m;
-	struct kvt_rimp *ri;
+	int32_t err;		/* first error; lcores CAS */
 	uint32_t mask;		/* ports that may carry it */
 	uint32_t fallback;	/* ports for when those are down */
 };
+
+/* The request's regions: x.lm and x.rm are the first members of the
+ * engine's records for them (one pointer each, not two: a submission of
+ * many small requests writes every byte of this array). */
+static inline struct kvt_mem *
+req_mem(const struct kvt_req *r)
+{
+	return (struct kvt_mem *)(uintptr_t)r->x.lm;
+}
+
+static inline struct kvt_rimp *
+req_rimp(const struct kvt_req *r)
+{
+	return (struct kvt_rimp *)(uintptr_t)r->x.rm;
+}
 
 struct kvt_sub {
 	struct kvt_desc tail[3];	/* fence, notify, done */
@@ -483,8 +496,8 @@ fill_slice(struct kvt_batch *b, struct kvt_sub *s, struct kvt_desc *d)
 	}
 	d->len = len;
 	d->conn = s->peer->conn[d->port];
-	d->lm = &r->m->lm;
-	d->rm = &r->ri->rm;
+	d->lm = r->x.lm;
+	d->rm = r->x.rm;
 	d->owner = r;
 	s->next_off += len;
 	if (s->next_off == r->x.len) {
@@ -701,23 +714,27 @@ static int
 resolve(struct kvt_peer *p, uint32_t op, const void *local, uint64_t llen,
 	uint64_t remote, uint64_t rlen, const char *what, struct kvt_req *r)
 {
+	struct kvt_mem *m;
+	struct kvt_rimp *ri;
 	uint32_t need;
 
-	r->m = kvt_mem_find(local, llen);
-	if (r->m == NULL)
+	m = kvt_mem_find(local, llen);
+	if (m == NULL)
 		return KVT_REFUSE(EFAULT, "submit: %s: local %p+%" PRIu64 " is not inside one registered region",
 				  what, local, llen);
-	r->ri = kvt_peer_find_region(p, remote, rlen);
-	if (r->ri == NULL)
+	ri = kvt_peer_find_region(p, remote, rlen);
+	if (ri == NULL)
 		return KVT_REFUSE(ERANGE, "submit: %s: remote %#" PRIx64 "+%" PRIu64 " is not inside one region peer %s exports",
 				  what, remote, rlen, p->info.name);
 	need = op == KVT_OP_WRITE ? KVT_MEM_REMOTE_WRITE : KVT_MEM_REMOTE_READ;
-	if (!(r->ri->rm.flags & need) || (r->ri->rm.flags & KVT_MEM_F_FENCE))
+	if (!(ri->rm.flags & need) || (ri->rm.flags & KVT_MEM_F_FENCE))
 		return KVT_REFUSE(EPERM, "submit: %s: peer %s region %#" PRIx64 "+%" PRIu64 " is not exported for %s",
-				  what, p->info.name, r->ri->rm.base, r->ri->rm.len,
+				  what, p->info.name, ri->rm.base, ri->rm.len,
 				  op == KVT_OP_WRITE ? "write" : "read");
-	topo_masks(&r->m->lm, best_ports(r->m->lm.port_mask &
-					 r->ri->rm.port_mask & p->conn_mask),
+	r->x.lm = &m->lm;
+	r->x.rm = &ri->rm;
+	topo_masks(&m->lm, best_ports(m->lm.port_mask & ri->rm.port_mask &
+				      p->conn_mask),
 		   &r->mask, &r->fallback);
 	if (r->mask == 0)
 		return KVT_REFUSE(EHOSTUNREACH, "submit: %s: no port reaches peer %s for this memory",
@@ -737,8 +754,6 @@ req_fill(struct kvt_sub *s, struct kvt_req *r, uint32_t op, void *local,
 	r->x.local = local;
 	r->x.remote = remote;
 	r->x.len = len;
-	r->x.lm = &r->m->lm;
-	r->x.rm = &r->ri->rm;
 	r->settled = 0;
 	r->err = 0;
 	r->s = s;
@@ -760,8 +775,8 @@ check_xfer(struct kvt_sub *s, struct kvt_peer *p, const struct kvt_xfer *x,
 	    inside(x->remote, x->len, lk->ri->rm.base, lk->ri->rm.len) &&
 	    (x->op == KVT_OP_WRITE ? (lk->ri->rm.flags & KVT_MEM_REMOTE_WRITE) :
 	     (lk->ri->rm.flags & KVT_MEM_REMOTE_READ))) {
-		r->m = lk->m;
-		r->ri = lk->ri;
+		r->x.lm = &lk->m->lm;
+		r->x.rm = &lk->ri->rm;
 		r->mask = lk->mask;
 		r->fallback = lk->fallback;
 	} else {
@@ -771,8 +786,8 @@ check_xfer(struct kvt_sub *s, struct kvt_peer *p, const struct kvt_xfer *x,
 		ret = resolve(p, x->op, x->local, x->len, x->remote, x->len, what, r);
 		if (ret < 0)
 			return ret;
-		lk->m = r->m;
-		lk->ri = r->ri;
+		lk->m = req_mem(r);
+		lk->ri = req_rimp(r);
 		lk->mask = r->mask;
 		lk->fallback = r->fallback;
 	}
@@ -911,7 +926,7 @@ claim_writes(struct kvt_batch *b, struct kvt_sub *s)
 			continue;
 		r[n].lo = q->x.remote;
 		r[n].hi = q->x.remote + q->x.len;
-		r[n].ri = q->ri;
+		r[n].ri = req_rimp(q);
 		if (n > 0 && range_cmp(&r[n - 1], &r[n]) > 0)
 			sorted = 0;
 		n++;
@@ -1049,20 +1064,20 @@ refs_add(struct kvt_batch *b, struct kvt_sub *s, int64_t delta)
 	for (i = s->first; i <= s->first + s->n; i++) {
 		struct kvt_req *r = i < s->first + s->n ? &b->req[i] : NULL;
 
-		if (m != NULL && (r == NULL || r->m != m)) {
+		if (m != NULL && (r == NULL || req_mem(r) != m)) {
 			__atomic_fetch_add(&m->inflight, mn * (uint64_t)delta,
 					   __ATOMIC_ACQ_REL);
 			mn = 0;
 		}
-		if (ri != NULL && (r == NULL || r->ri != ri)) {
+		if (ri != NULL && (r == NULL || req_rimp(r) != ri)) {
 			__atomic_fetch_add(&ri->refs, rn * (uint64_t)delta,
 					   __ATOMIC_ACQ_REL);
 			rn = 0;
 		}
 		if (r == NULL)
 			break;
-		m = r->m;
-		ri = r->ri;
+		m = req_mem(r);
+		ri = req_rimp(r);
 		mn++;
 		rn++;
 	}
@@ -1205,9 +1220,9 @@ kvt_submit(struct kvt_batch *b, struct kvt_peer *p, const struct kvt_xfer *xf,
 		ret = check_xfer(s, p, &xf[i], i, r, &lk);
 		s->all_mask |= r->mask;
 		if (i == 0) {
-			s->m1 = r->m;
-			s->ri1 = r->ri;
-		} else if (r->m != s->m1 || r->ri != s->ri1) {
+			s->m1 = req_mem(r);
+			s->ri1 = req_rimp(r);
+		} else if (req_mem(r) != s->m1 || req_rimp(r) != s->ri1) {
 			s->mixed = 1;
 		}
 	}
@@ -1260,7 +1275,7 @@ claim_pages(struct kvt_batch *b, struct kvt_sub *s, const struct kvt_req *q)
 	for (k = 0; k < xp->n; k++) {
 		r[k].lo = q->x.remote + (uint64_t)xp->remote_idx[k] * xp->page_size;
 		r[k].hi = r[k].lo + xp->page_size;
-		r[k].ri = q->ri;
+		r[k].ri = req_rimp(q);
 		if (k > 0 && r[k - 1].lo > r[k].lo)
 			sorted = 0;
 	}
@@ -1334,8 +1349,8 @@ kvt_submit_pages(struct kvt_batch *b, struct kvt_peer *p,
 		per_page = (pg->page_size + slice - 1) / slice;
 		s->slices_left = (uint64_t)pg->n * per_page;
 		s->all_mask = r->mask;
-		s->m1 = r->m;
-		s->ri1 = r->ri;
+		s->m1 = req_mem(r);
+		s->ri1 = req_rimp(r);
 		if (pg->op == KVT_OP_WRITE && !(o->flags & KVT_SUBMIT_ALLOW_OVERLAP))
 			ret = claim_pages(b, s, r);
 	}
