@@ -138,6 +138,20 @@ void kvt_conn_set_down(struct kvt_conn *c, int down);
  */
 int kvt_conn_msg(struct kvt_conn *c, const void *msg, size_t len);
 
+/**
+ * Target side, lcore: may the tail numbered seq, arriving on accepted
+ * connection c, act?  Marks it taken.  A tail sent again after its answer
+ * was lost is refused here and should be answered as done.
+ *
+ * @return 1: act on it (also for seq 0, or a number too old to tell);
+ *   0: a copy of a tail that already acted.
+ */
+int kvt_conn_tail_take(struct kvt_conn *c, uint32_t seq);
+
+/** Target side: the tail taken with kvt_conn_tail_take() could not act
+ *  (no room): let a later copy act. */
+void kvt_conn_tail_forget(struct kvt_conn *c, uint32_t seq);
+
 /** One endpoint the other engine announced for a PMD. */
 struct kvt_endpoint {
 	char port_name[32];
@@ -222,6 +236,10 @@ struct kvt_desc {
 	uint64_t deadline;	/**< engine-private: retry limit (TSC) */
 	struct kvt_desc *next;	/**< free for whoever holds the desc */
 	uint64_t pmd_data[2];	/**< scratch for the PMD */
+	/** FENCE, NOTIFY: the tail's number among those sent to this peer
+	 *  (from 1; 0: none).  A KVT_PMD_F_ONCE port carries it, and its
+	 *  target acts on each number once (kvt_conn_tail_take()). */
+	uint32_t seq;
 } __rte_cache_aligned;
 
 /**
@@ -252,6 +270,9 @@ kvt_desc_store_done(const struct kvt_desc *d)
 #define KVT_PMD_F_EXPLICIT	(1u << 1)
 /** Takes a submission whole (one KVT_DESC_SUB) when it alone carries it. */
 #define KVT_PMD_F_WHOLE		(1u << 2)
+/** Its targets drop a second copy of a numbered tail (kvt_desc.seq), so
+ *  a fence or notification that failed elsewhere may be sent again here. */
+#define KVT_PMD_F_ONCE		(1u << 3)
 
 /** The operations of a transport. */
 struct kvt_pmd_ops {

@@ -285,12 +285,55 @@ notify_retry(struct kvt_desc *d, int err)
 	return 1;
 }
 
+static int retryable(int err);
+
+/*
+ * A fence or notification whose connection failed goes out again on
+ * another live port of the peer whose targets act on a tail once
+ * (KVT_PMD_F_ONCE): if the lost copy did arrive, the second is answered
+ * without acting, so the receiver sees it exactly once.
+ * @return 1 when it was sent again.
+ */
+static int
+tail_move(struct kvt_desc *d, int err)
+{
+	struct kvt_sub *s = d->owner;
+	uint32_t mask, m;
+	unsigned int tries = d->flags >> DF_TRIES_SHIFT, to;
+
+	if (!retryable(err) || err == -ENOBUFS || d->seq == 0 ||
+	    s->mode != SUB_STRIPED || tries >= KVT_MAX_TRIES || !lcores_up() ||
+	    __atomic_load_n(&s->peer->state, __ATOMIC_ACQUIRE) != KVT_PEER_UP)
+		return 0;
+	mask = (d->op == KVT_DESC_FENCE ? s->fence_mask : s->peer->conn_mask) &
+		live_conns(s->peer) & ~(1u << d->port);
+	for (m = mask; m != 0; m &= m - 1) {
+		to = (unsigned int)__builtin_ctz(m);
+		if (!(kvt_eng->ports[to]->pmd->ops->flags & KVT_PMD_F_ONCE))
+			mask &= ~(1u << to);
+	}
+	if (mask == 0)
+		return 0;
+	to = (unsigned int)__builtin_ctz(mask);
+	KVT_LOG(DEBUG, "peer %s: %s %u moves from %s to %s (%s)",
+		s->peer->info.name, d->op == KVT_DESC_FENCE ? "fence" : "notification",
+		d->seq, kvt_eng->ports[d->port]->name, kvt_eng->ports[to]->name,
+		strerror(-err));
+	kvt_eng->ports[d->port]->st.retries++;
+	d->port = (uint16_t)to;
+	d->conn = s->peer->conn[to];
+	d->next = NULL;
+	d->flags = (uint8_t)((d->flags & ((1u << DF_TRIES_SHIFT) - 1)) |
+			     ((tries + 1) << DF_TRIES_SHIFT));
+	return kvt_lcore_enqueue(kvt_eng->ports[to]->lcore, &d, 1) == 1;
+}
+
 static void
 tail_done(struct kvt_desc *d, int err)
 {
 	struct kvt_sub *s = d->owner;
 
-	if (notify_retry(d, err))
+	if (notify_retry(d, err) || tail_move(d, err))
 		return;
 	s->notify_pending = 0;
 	if (err != 0)
@@ -538,6 +581,18 @@ whole_prepare(struct kvt_sub *s, const struct kvt_submit_opts *o)
 	d->len = s->n;
 }
 
+/* A tail's number, unique among those sent to the peer and never 0. */
+static uint32_t
+tail_seq(struct kvt_peer *p)
+{
+	uint32_t seq;
+
+	do {
+		seq = __atomic_add_fetch(&p->tail_seq, 1, __ATOMIC_RELAXED);
+	} while (seq == 0);
+	return seq;
+}
+
 static struct kvt_desc *
 tail_init(struct kvt_sub *s, unsigned int i, uint8_t op)
 {
@@ -569,11 +624,13 @@ tails_prepare(struct kvt_sub *s, const struct kvt_submit_opts *o)
 		d->remote = o->fence.table + (uint64_t)o->fence.slot * 8;
 		d->value = o->fence.room;
 		d->len = 8;
+		d->seq = tail_seq(s->peer);
 	}
 	if (s->flags & SUB_F_NOTIFY) {
 		d = tail_init(s, TAIL_NOTIFY, KVT_DESC_NOTIFY);
 		d->data = s->payload;
 		d->len = s->notify_len;
+		d->seq = tail_seq(s->peer);
 	}
 	if (s->mode == SUB_ORDERED) {
 		d = tail_init(s, TAIL_DONE, KVT_DESC_DONE);

@@ -223,6 +223,11 @@ sess_hello(struct kvt_session *s, const uint8_t *p, size_t len)
 		ret = -EACCES;
 		goto out;
 	}
+	s->once = kvt_once_new();
+	if (s->once == NULL) {
+		ret = -ENOMEM;
+		goto out;
+	}
 	ret = kvt_wire_begin(&b, KVT_W_WELCOME);
 	ret |= kvt_wire_put_str(&b, KVT_T_NAME, e->o.name);
 	ret |= kvt_wire_put(&b, KVT_T_HOST_ID, e->env.host_id,
@@ -364,6 +369,7 @@ sess_close(struct kvt_session *s)
 	}
 	if (s->authed)
 		KVT_LOG(INFO, "peer %s closed its session", s->info.name);
+	kvt_once_free(s->once);
 	kvt_buf_free(&s->rx);
 	kvt_buf_free(&s->tx);
 	free(s);

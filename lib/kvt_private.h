@@ -13,6 +13,7 @@
 
 #include <rte_log.h>
 #include <rte_ring.h>
+#include <rte_spinlock.h>
 #include <rte_mempool.h>
 
 #include "kvt.h"
@@ -337,6 +338,7 @@ struct kvt_peer {
 	struct kvt_conn *conn[KVT_MAX_PORTS];
 	uint32_t conn_mask;
 	uint32_t down_mask;	/* conns a PMD marked down, atomic */
+	uint32_t tail_seq;	/* the last tail number given out, atomic */
 	struct kvt_rtable *rt;	/* RCU-protected */
 	struct kvt_rimp *retired;	/* released when the peer closes */
 	struct kvt_buf rx;	/* control thread's receive buffer */
@@ -355,8 +357,16 @@ struct kvt_session {
 	struct kvt_buf rx;
 	struct kvt_buf tx;
 	size_t tx_off;
+	struct kvt_once *once;	/* numbered tails this peer sent us */
 	struct kvt_session *next;
 };
+
+/* The tails a session acted on (once.c). */
+struct kvt_once *kvt_once_new(void);
+void kvt_once_free(struct kvt_once *o);
+/* @return 1 when seq is new (now taken), 0 for a copy. */
+int kvt_once_take(struct kvt_once *o, uint32_t seq);
+void kvt_once_forget(struct kvt_once *o, uint32_t seq);
 
 int kvt_ctl_start(void);
 void kvt_ctl_stop(void);

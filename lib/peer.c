@@ -519,11 +519,42 @@ handshake(struct kvt_peer *p, uint64_t deadline)
 	if (ret == 0 && p->conn_mask == 0) {
 		KVT_LOG(ERR, "peer %s: no transport reaches it", p->addr);
 		ret = -EHOSTUNREACH;
+	} else if (ret == 0 &&
+		   (p->conn_mask & ~__atomic_load_n(&p->down_mask, __ATOMIC_ACQUIRE)) == 0) {
+		KVT_LOG(ERR, "peer %s: none of its paths connects now", p->addr);
+		ret = -EHOSTUNREACH;
 	}
 out:
 	kvt_buf_free(&b);
 	free(w);
 	return ret;
+}
+
+/*
+ * Say which local ports carry data to a new peer: a KV network that a
+ * backend interface (or a single NIC) carries is seen here, before it
+ * costs anything (the idle-NIC failure of DESIGN §1).
+ */
+static void
+log_paths(const struct kvt_peer *p)
+{
+	uint32_t down = __atomic_load_n(&p->down_mask, __ATOMIC_ACQUIRE);
+	char list[512] = "";
+	size_t off = 0;
+	unsigned int i;
+	int n;
+
+	for (i = 0; i < kvt_port_count() && off < sizeof(list); i++) {
+		if (!(p->conn_mask & (1u << i)))
+			continue;
+		n = snprintf(list + off, sizeof(list) - off, "%s%s%s",
+			     off ? ", " : "", kvt_port_get(i)->name,
+			     (down & (1u << i)) ? " (down)" : "");
+		if (n > 0)
+			off += (size_t)n;
+	}
+	KVT_LOG(NOTICE, "peer %s (%s) open: %u region(s); data over %s",
+		p->info.name, p->addr, p->rt->n, list);
 }
 
 static struct kvt_peer *
@@ -612,8 +643,7 @@ kvt_peer_open(const char *addr, unsigned int timeout_ms)
 	pthread_mutex_unlock(&kvt_eng->ctl_lock);
 	if (ret < 0)
 		goto free_peer;
-	KVT_LOG(INFO, "peer %s (%s) open: %u region(s), ports %#x", p->info.name,
-		addr, p->rt->n, p->conn_mask);
+	log_paths(p);
 	return p;
 
 free_peer:

@@ -21,6 +21,13 @@
  *   notes US                 take the notifications that arrive -> texts
  *   open ADDR                open a peer (one at a time)
  *   write ID OFF RADDR LEN   write local region ID to the open peer, wait
+ *   stream OP ID OFF RADDR LEN N   N requests of LEN (OP read or write)
+ *                            one after another until one fails
+ *                            -> its status and the number that succeeded
+ *   burst ID OFF RADDR LEN N ROUNDS   ROUNDS times: N submissions of one
+ *                            write each, all in flight at once, each with
+ *                            the notification "n<k>" (k counts from 0)
+ *                            -> the first error and how many failed
  *   unreg ID                 kvt_mem_unregister result
  *   quit
  */
@@ -208,11 +215,80 @@ cmd_write(unsigned int id, size_t off, uint64_t raddr, size_t len)
 	printf("ok %d\n", ret);
 }
 
+static void
+cmd_stream(const char *op, unsigned int id, size_t off, uint64_t raddr,
+	   size_t len, unsigned long long n)
+{
+	struct kvt_xfer x = { .remote = raddr, .len = len };
+	struct kvt_batch *b;
+	unsigned long long i;
+	int ret = 0;
+
+	if (peer == NULL || !id_ok(id, off, len)) {
+		printf("err args\n");
+		return;
+	}
+	x.op = strcmp(op, "read") == 0 ? KVT_OP_READ : KVT_OP_WRITE;
+	x.local = mem[id].p + off;
+	b = kvt_batch_alloc(1);
+	for (i = 0; i < n && ret == 0; i++) {
+		ret = kvt_submit(b, peer, &x, 1, NULL);
+		if (ret >= 0)
+			ret = kvt_wait(b, 10 * 1000 * 1000);
+		if (ret == 0)
+			ret = kvt_status(b, 0);
+		if (kvt_batch_reset(b) < 0 && ret == 0)
+			ret = -EBUSY;
+	}
+	kvt_batch_free(b);
+	printf("ok %d %llu\n", ret, ret == 0 ? i : i - 1);
+}
+
+static void
+cmd_burst(unsigned int id, size_t off, uint64_t raddr, size_t len,
+	  unsigned int n, unsigned int rounds)
+{
+	struct kvt_xfer x = { .op = KVT_OP_WRITE, .remote = raddr, .len = len };
+	struct kvt_submit_opts o = { .flags = KVT_SUBMIT_ALLOW_OVERLAP };
+	unsigned int r, i, k = 0, failed = 0;
+	struct kvt_batch *b;
+	char note[32];
+	int ret, first = 0;
+
+	if (peer == NULL || !id_ok(id, off, len) || n == 0) {
+		printf("err args\n");
+		return;
+	}
+	x.local = mem[id].p + off;
+	b = kvt_batch_alloc(n);
+	for (r = 0; r < rounds; r++) {
+		for (i = 0; i < n; i++, k++) {
+			o.notify_len = (uint32_t)snprintf(note, sizeof(note), "n%u", k);
+			o.notify = note;
+			ret = kvt_submit(b, peer, &x, 1, &o);
+			if (ret < 0 && first == 0)
+				first = ret;
+		}
+		ret = kvt_wait(b, 10 * 1000 * 1000);
+		if (ret < 0 && first == 0)
+			first = ret;
+		for (i = 0; i < n; i++) {
+			ret = kvt_status(b, i);
+			failed += ret != 0;
+			if (ret != 0 && first == 0)
+				first = ret;
+		}
+		kvt_batch_reset(b);
+	}
+	kvt_batch_free(b);
+	printf("ok %d %u\n", first, failed);
+}
+
 static int
 dispatch(char *line)
 {
 	char a[64], b[64];
-	unsigned long long x, y, z, w;
+	unsigned long long x, y, z, w, v;
 	unsigned int id;
 
 	if (sscanf(line, "calloc %u %llu %63s %llu", &id, &x, a, &w) == 4) {
@@ -253,7 +329,15 @@ dispatch(char *line)
 		cmd_watch((unsigned int)x, id, y);
 	} else if (sscanf(line, "notes %llu", &x) == 1) {
 		cmd_notes(x);
+	} else if (sscanf(line, "stream %63s %u %llu %llx %llu %llu", a, &id, &x,
+			  &w, &y, &z) == 6) {
+		cmd_stream(a, id, x, w, y, z);
+	} else if (sscanf(line, "burst %u %llu %llx %llu %llu %llu", &id, &x, &w,
+			  &y, &z, &v) == 6) {
+		cmd_burst(id, x, w, y, (unsigned int)z, (unsigned int)v);
 	} else if (sscanf(line, "open %63s", b) == 1) {
+		if (peer != NULL)
+			kvt_peer_close(peer);
 		peer = kvt_peer_open(b, 5000);
 		printf(peer != NULL ? "ok\n" : "err %d\n", rte_errno);
 	} else if (sscanf(line, "write %u %llu %llx %llu", &id, &x, &w, &y) == 4) {

@@ -133,6 +133,9 @@ tc_peer_start_in(struct tc_peer *p, const char *netns, const char *opts)
 	if (p->pid < 0)
 		return -errno;
 	if (p->pid == 0) {
+		/* An application's default dispositions: a SIGPIPE that
+		 * kvt let through kills the peer, as it would kill it. */
+		signal(SIGPIPE, SIG_DFL);
 		dup2(in[0], 0);
 		dup2(out[1], 1);
 		close(in[1]);

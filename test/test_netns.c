@@ -239,3 +239,112 @@ Test(netns, kv_link_loss, .timeout = 180, .fini = cluster_down)
 	tc_peer_stop(&pre.p);
 	tc_peer_stop(&dec.p);
 }
+
+/*
+ * One KV path is down when the peer is opened: the peer opens over the
+ * other (it does not fail as a whole), the write goes over that one, and
+ * the lost path is dialled again in the background until it carries
+ * bytes.
+ */
+Test(netns, open_with_one_path_down, .timeout = 180, .fini = cluster_down)
+{
+	struct host dec = { .name = "decode", .be = "10.77.9.1" };
+	struct host pre = { .name = "head", .be = "10.77.9.2" };
+	uint64_t base, t0, before, moved;
+	char buf[128];
+
+	cluster_up();
+	host_start(&dec);
+	base = addr_of(&dec.p, "alloc 0 33554432 w");
+	host_start(&pre);
+	addr_of(&pre.p, "alloc 0 33554432 -");
+	cr_assert_eq(tc_peer_cmd(&pre.p, NULL, 0, "fill 0 0 33554432 9"), 0);
+	/* The decode host's kv1 is gone before anyone dials it. */
+	cr_assert_eq(tc_sh("ip -n %s-decode link set kv1 down", prefix), 0);
+	t0 = tc_now_us();
+	cr_assert_eq(tc_peer_cmd(&pre.p, buf, sizeof(buf), "open 10.77.9.1:7000"),
+		     0, "the peer did not open with one path down: %s", buf);
+	cr_log_info("opened with kv1 down in %.2f s", (double)(tc_now_us() - t0) / 1e6);
+	cr_assert_lt(tc_now_us() - t0, 1000000, "opening took the whole timeout");
+	before = counter("head", "kv0", "tx");
+	cr_assert_eq(tc_peer_cmd(&pre.p, buf, sizeof(buf),
+				 "write 0 0 %" PRIx64 " 33554432", base), 0);
+	cr_assert_eq(strtol(buf, NULL, 10), 0, "write over the path left: %s", buf);
+	cr_assert_geq(counter("head", "kv0", "tx") - before, 32 * MiB);
+	cr_assert_eq(tc_peer_cmd(&dec.p, buf, sizeof(buf), "sum 0 0 33554432"), 0);
+	{
+		char mine[128];
+
+		cr_assert_eq(tc_peer_cmd(&pre.p, mine, sizeof(mine),
+					 "sum 0 0 33554432"), 0);
+		cr_assert_str_eq(buf, mine, "data damaged");
+	}
+	/* The path comes back: it is dialled and carries its share. */
+	cr_assert_eq(tc_sh("ip -n %s-decode link set kv1 up", prefix), 0);
+	t0 = tc_now_us();
+	do {
+		usleep(200000);
+		before = counter("head", "kv1", "tx");
+		cr_assert_eq(tc_peer_cmd(&pre.p, buf, sizeof(buf),
+					 "write 0 0 %" PRIx64 " 33554432", base), 0);
+		cr_assert_eq(strtol(buf, NULL, 10), 0, "write after kv1 came: %s", buf);
+		moved = counter("head", "kv1", "tx") - before;
+	} while (moved < 4 * MiB && tc_now_us() - t0 < 20000000);
+	cr_log_info("kv1 dialled: %.1f MiB of a 32 MiB write after %.1f s",
+		    moved / 1048576.0, (double)(tc_now_us() - t0) / 1e6);
+	cr_assert_geq(moved, 4 * MiB, "the path that came back stays idle");
+	tc_peer_stop(&pre.p);
+	tc_peer_stop(&dec.p);
+}
+
+/*
+ * A KV link cut while requests with notifications stream over both: every
+ * request completes over the other link, and the receiver gets every
+ * notification exactly once (those caught on the cut link move).
+ */
+Test(netns, link_cut_under_notifications, .timeout = 180, .fini = cluster_down)
+{
+	struct host dec = { .name = "decode", .be = "10.77.9.1" };
+	struct host pre = { .name = "head", .be = "10.77.9.2" };
+	const unsigned int n = 50, rounds = 4;
+	uint64_t base, t0, kv1;
+	char buf[128], *notes = malloc(16384), want[16];
+	unsigned int i;
+	int st;
+
+	cluster_up();
+	host_start(&dec);
+	base = addr_of(&dec.p, "alloc 0 4194304 w");
+	host_start(&pre);
+	addr_of(&pre.p, "alloc 0 4194304 -");
+	cr_assert_eq(tc_peer_cmd(&pre.p, buf, sizeof(buf), "open 10.77.9.1:7000"),
+		     0, "%s", buf);
+	kv1 = counter("head", "kv1", "tx");
+	tc_peer_send(&pre.p, "burst 0 0 %" PRIx64 " 1048576 %u %u", base, n, rounds);
+	/* Cut kv1 once it is seen carrying this stream. */
+	t0 = tc_now_us();
+	while (counter("head", "kv1", "tx") - kv1 < 8 * MiB &&
+	       tc_now_us() - t0 < 10000000)
+		usleep(2000);
+	cr_assert_geq(counter("head", "kv1", "tx") - kv1, 8 * MiB,
+		      "kv1 carried nothing before the cut");
+	cr_assert_eq(tc_sh("ip -n %s-head link set kv1 down", prefix), 0);
+	cr_assert_eq(tc_peer_reply(&pre.p, buf, sizeof(buf)), 0);
+	st = (int)strtol(buf, NULL, 10);
+	cr_assert_eq(st, 0, "a request failed with one link left: %s", buf);
+	/* " TEXT@peer" each, the first without its space. */
+	notes[0] = ' ';
+	cr_assert_eq(tc_peer_cmd(&dec.p, notes + 1, 16383, "notes 500000"), 0);
+	for (i = 0; i < n * rounds; i++) {
+		char *q;
+		int c = 0;
+
+		snprintf(want, sizeof(want), " n%u@", i);
+		for (q = notes; (q = strstr(q, want)) != NULL; q++)
+			c++;
+		cr_assert_eq(c, 1, "notification n%u delivered %d times", i, c);
+	}
+	free(notes);
+	tc_peer_stop(&pre.p);
+	tc_peer_stop(&dec.p);
+}

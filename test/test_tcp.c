@@ -24,6 +24,7 @@
 #include "kvt_private.h"
 #include "test_assert.h"
 #include "test_common.h"
+#include "../pmd/tcp/tcp_wire.h"
 
 #define MiB ((uint64_t)1 << 20)
 #define OPTS "--kvt-pmd tcp --kvt-nic lo"
@@ -98,18 +99,6 @@ Test(tcp, peer_killed, .timeout = 120)
 }
 
 /* ---- a hostile peer speaking the protocols by hand ---- */
-
-struct frame {			/* pmd/tcp's data frame, as on the wire */
-	uint8_t type;
-	uint8_t rsvd[3];
-	int32_t status;
-	uint64_t addr;
-	uint64_t aux;
-	uint32_t len;
-	uint32_t rsvd2;
-};
-
-enum { F_WRITE = 1, F_WRITE_ACK, F_READ, F_READ_DATA, F_FENCE, F_FENCE_ACK };
 
 static int
 dial(const char *ip, uint16_t port)
@@ -203,8 +192,7 @@ handshake(const char *ctl, uint8_t token[16], uint16_t *data_port)
 static int
 data_conn(uint16_t port, const uint8_t token[16])
 {
-	struct { uint32_t magic, version; uint8_t token[16]; } h = {
-		0x4b565444u, 1, { 0 } };
+	struct tcp_hello h = { TCP_HELLO_MAGIC, TCP_HELLO_VERSION, { 0 } };
 	int fd = dial("127.0.0.1", port);
 
 	memcpy(h.token, token, 16);
@@ -223,7 +211,7 @@ closed(int fd)
 Test(tcp, hostile_frames_refused, .timeout = 120)
 {
 	uint8_t token[16] = { 0 }, bad[16] = { 1, 2, 3 }, payload[4096] = { 7 };
-	struct frame f, r;
+	struct tcp_hdr f, r;
 	struct tc_peer t;
 	uint16_t dport;
 	uint64_t base;

@@ -41,6 +41,7 @@
 #include <rte_kvargs.h>
 
 #include "kvt_pmd.h"
+#include "tcp_wire.h"
 
 RTE_LOG_REGISTER(tcp_logtype, kvt.pmd.tcp, NOTICE);
 #define TCP_LOG(level, fmt, ...)					\
@@ -48,7 +49,6 @@ RTE_LOG_REGISTER(tcp_logtype, kvt.pmd.tcp, NOTICE);
 		##__VA_ARGS__)
 
 #define TCP_MAX_PORTS 16
-#define TCP_HELLO_MAGIC 0x4b565444u	/* "KVTD" */
 #define TCP_MAX_FRAME (64u << 20)
 #define TCP_MAX_SOCKS 4096
 #define TCP_RESP_RING 256
@@ -58,42 +58,6 @@ RTE_LOG_REGISTER(tcp_logtype, kvt.pmd.tcp, NOTICE);
 #define TCP_REDIAL_US (100 * 1000)	/* one dial attempt */
 #define TCP_BACKOFF_MIN_MS 250u
 #define TCP_BACKOFF_MAX_MS 10000u
-
-enum {
-	F_WRITE = 1,
-	F_WRITE_ACK,
-	F_READ,
-	F_READ_DATA,
-	F_FENCE,
-	F_FENCE_ACK,
-	F_NOTIFY,
-	F_NOTIFY_ACK,
-	F_MAX,
-};
-
-/* A data frame header (little-endian on the wire). */
-struct tcp_hdr {
-	uint8_t type;
-	uint8_t rsvd[3];
-	int32_t status;		/* acks: 0 or a negative errno */
-	uint64_t addr;
-	uint64_t aux;		/* FENCE: the room id */
-	uint32_t len;		/* payload bytes that follow */
-	uint32_t rsvd2;
-};
-
-struct tcp_hello {
-	uint32_t magic;
-	uint32_t version;
-	uint8_t token[16];
-};
-
-struct tcp_ep {
-	uint32_t ip;		/* network order */
-	uint16_t port;		/* network order */
-	uint8_t prefix;
-	uint8_t rsvd;
-};
 
 struct tcp_conn;
 
@@ -302,6 +266,7 @@ hdr_to_wire(struct tcp_hdr *h)
 	h->addr = rte_cpu_to_le_64(h->addr);
 	h->aux = rte_cpu_to_le_64(h->aux);
 	h->len = rte_cpu_to_le_32(h->len);
+	h->seq = rte_cpu_to_le_32(h->seq);
 }
 
 static void
@@ -311,6 +276,7 @@ hdr_from_wire(struct tcp_hdr *h)
 	h->addr = rte_le_to_cpu_64(h->addr);
 	h->aux = rte_le_to_cpu_64(h->aux);
 	h->len = rte_le_to_cpu_32(h->len);
+	h->seq = rte_le_to_cpu_32(h->seq);
 }
 
 static struct tcp_sock *
@@ -360,9 +326,9 @@ sock_drain(struct tcp_sock *s, int err)
 		while ((d = lists[k]) != NULL) {
 			lists[k] = d->next;
 			/* Data slices may be sent twice (the same bytes); a
-			 * fence or notification must not be. */
-			if (alt != NULL && (d->op == KVT_DESC_WRITE ||
-					    d->op == KVT_DESC_READ)) {
+			 * fence or notification carries its number, and the
+			 * target acts on it once. */
+			if (alt != NULL) {
 				d->next = NULL;
 				if (alt->txq_tail != NULL)
 					alt->txq_tail->next = d;
@@ -409,6 +375,19 @@ sock_close(struct kvt_port *port, struct tcp_sock *s, int err)
 	free(s);
 }
 
+/*
+ * Every send goes through here: MSG_NOSIGNAL, so a peer that closed its
+ * end yields EPIPE instead of killing this process with SIGPIPE (a
+ * library must not touch the application's signal dispositions).
+ */
+static ssize_t
+sock_sendv(int fd, struct iovec *iov, unsigned int n)
+{
+	struct msghdr mh = { .msg_iov = iov, .msg_iovlen = n };
+
+	return sendmsg(fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+}
+
 /* ---- initiator: sending ---- */
 
 static void
@@ -427,10 +406,12 @@ frame_of(const struct kvt_desc *d, struct tcp_hdr *h)
 	case KVT_DESC_FENCE:
 		h->type = F_FENCE;
 		h->aux = d->value;
+		h->seq = d->seq;
 		break;
 	default:
 		h->type = F_NOTIFY;
 		h->len = d->len;
+		h->seq = d->seq;
 		break;
 	}
 	h->addr = d->remote;
@@ -469,7 +450,7 @@ sock_send(struct kvt_port *port, struct tcp_sock *s)
 			iov[0].iov_len = RTE_MIN(total - s->tx_off, TCP_CHUNK);
 			iov[1].iov_len = 0;
 		}
-		n = writev(s->fd, iov, iov[1].iov_len != 0 ? 2 : 1);
+		n = sock_sendv(s->fd, iov, iov[1].iov_len != 0 ? 2 : 1);
 		if (n < 0)
 			return errno == EAGAIN || errno == EINTR ? work : -errno;
 		work++;
@@ -567,13 +548,19 @@ serve_frame(struct kvt_port *port, struct tcp_sock *s)
 	case F_FENCE:
 		tok = kvt_target_begin();
 		p = kvt_target_range(h->addr, 8, KVT_MEM_F_FENCE);
-		if (p != NULL)
+		/* A copy of a fence that already landed must not store
+		 * again: the slot may have been armed anew since. */
+		if (p != NULL && kvt_conn_tail_take(&s->conn->c, h->seq))
 			__atomic_store_n((uint64_t *)p, h->aux, __ATOMIC_RELEASE);
 		kvt_target_end(tok);
 		return resp_push(s, F_FENCE_ACK, p != NULL ? 0 : -ERANGE, 0, 0);
 	case F_NOTIFY:
+		if (!kvt_conn_tail_take(&s->conn->c, h->seq))
+			return resp_push(s, F_NOTIFY_ACK, 0, 0, 0);
 		st = s->conn->inbox != NULL ?
 			kvt_inbox_push(s->conn->inbox, s->small, h->len) : -ENOTSUP;
+		if (st != 0)
+			kvt_conn_tail_forget(&s->conn->c, h->seq);
 		return resp_push(s, F_NOTIFY_ACK, st, 0, 0);
 	}
 	return -EPROTO;
@@ -600,6 +587,27 @@ took_header(struct tcp_sock *s)
 	return 0;
 }
 
+/*
+ * The status a target may answer with (tcp_hdr.status); anything else
+ * comes from a broken or lying peer and fails the request with -EPROTO,
+ * so a forged -EINPROGRESS cannot leave it pending forever, nor a
+ * positive value reach the application as a count.
+ */
+static int
+wire_status(int32_t st)
+{
+	switch (st) {
+	case 0:
+	case -ERANGE:
+	case -ENOBUFS:
+	case -ENOTSUP:
+	case -EIO:
+		return st;
+	default:
+		return -EPROTO;
+	}
+}
+
 static void
 took_frame(struct kvt_port *port, struct tcp_sock *s)
 {
@@ -611,7 +619,7 @@ took_frame(struct kvt_port *port, struct tcp_sock *s)
 	s->inflight -= d->len;
 	s->since = rte_get_tsc_cycles();
 	RTE_SET_USED(port);
-	kvt_desc_complete(d, s->rh.status != 0 ? (int)s->rh.status : 0);
+	kvt_desc_complete(d, wire_status(s->rh.status));
 }
 
 /*
@@ -860,7 +868,7 @@ sock_respond(struct tcp_sock *s)
 			iov[1].iov_len = 0;
 		}
 		n = p == NULL && r->off >= sizeof(h) ? -1 :
-			writev(s->fd, iov, iov[1].iov_len != 0 ? 2 : 1);
+			sock_sendv(s->fd, iov, iov[1].iov_len != 0 ? 2 : 1);
 		kvt_target_end(tok);
 		if (n < 0)
 			return p == NULL && r->off >= sizeof(h) ? -EIO :
@@ -958,14 +966,22 @@ tcp_submit(struct kvt_port *port, struct kvt_desc **d, unsigned int n)
 	}
 }
 
+/* @return 0, or the error that fails what a stuck socket holds. */
 static int
 sock_stuck(const struct tcp_port *tp, const struct tcp_sock *s, uint64_t now)
 {
 	if (!s->authed)
-		return now - s->since > rte_get_tsc_hz() / 1000000 * TCP_HELLO_US;
+		return now - s->since > rte_get_tsc_hz() / 1000000 * TCP_HELLO_US ?
+			-ETIMEDOUT : 0;
+	if (s->wq == NULL && s->txq == NULL)
+		return 0;
+	/* The peer was declared lost (no answer on the control
+	 * connection): what waits here fails now, not a timeout later. */
+	if (!s->server && s->conn != NULL &&
+	    __atomic_load_n(&s->conn->c.dead, __ATOMIC_ACQUIRE))
+		return -ECONNRESET;
 	/* Waiting for an answer that does not come: the link is gone. */
-	return (s->wq != NULL || s->txq != NULL) &&
-		now - s->since > 2 * tp->timeout_tsc;
+	return now - s->since > tp->timeout_tsc ? -ETIMEDOUT : 0;
 }
 
 static unsigned int
@@ -987,7 +1003,10 @@ tcp_poll(struct kvt_port *port)
 			accept_all(port);
 			continue;
 		}
-		s->since = rte_get_tsc_cycles();
+		/* Before its hello a socket has one deadline, however
+		 * slowly it dribbles bytes. */
+		if (s->authed)
+			s->since = rte_get_tsc_cycles();
 		ret = s->authed ? sock_recv(port, s) : sock_auth(port, s);
 		if (ret < 0)
 			sock_close(port, s, ret == -EPROTO ? -EIO : -ECONNRESET);
@@ -1011,8 +1030,9 @@ tcp_poll(struct kvt_port *port)
 			continue;
 		}
 		work += (unsigned int)ret;
-		if (sock_stuck(tp, s, now))
-			sock_close(port, s, -ETIMEDOUT);
+		ret = sock_stuck(tp, s, now);
+		if (ret != 0)
+			sock_close(port, s, ret);
 	}
 	return work;
 }
@@ -1189,6 +1209,14 @@ attach_socks(struct kvt_port *port, void *arg)
 	return 0;
 }
 
+/* The time one data connection may take to dial: a share of the peer
+ * timeout, so one dead link cannot eat the whole peer open. */
+static uint64_t
+dial_budget_us(void)
+{
+	return RTE_MAX(250ull * kvt_pmd_env()->timeout_ms, 100000ull);
+}
+
 static int
 tcp_conn_ready(struct kvt_conn *kc, const uint8_t *rep, size_t len)
 {
@@ -1196,8 +1224,8 @@ tcp_conn_ready(struct kvt_conn *kc, const uint8_t *rep, size_t len)
 	struct kvt_port *port = kc->port;
 	struct tcp_port *tp = port->priv;
 	struct tcp_hello h = { .magic = rte_cpu_to_le_32(TCP_HELLO_MAGIC),
-			       .version = rte_cpu_to_le_32(1) };
-	uint64_t deadline = kvt_now_us() + 1000ull * kvt_pmd_env()->timeout_ms;
+			       .version = rte_cpu_to_le_32(TCP_HELLO_VERSION) };
+	uint64_t deadline = kvt_now_us() + dial_budget_us();
 	struct attach_arg a = { .c = c };
 	int fds[8], ret = 0;
 	struct tcp_ep e;
@@ -1208,7 +1236,7 @@ tcp_conn_ready(struct kvt_conn *kc, const uint8_t *rep, size_t len)
 	e = c->ep;
 	memcpy(h.token, rep, sizeof(h.token));
 	memcpy(c->token, rep, sizeof(c->token));
-	for (i = 0; i < tp->conns && ret == 0; i++) {
+	for (i = 0; i < tp->conns; i++) {
 		fds[i] = dial(tp, &e, deadline);
 		if (fds[i] < 0) {
 			ret = fds[i];
@@ -1223,17 +1251,24 @@ tcp_conn_ready(struct kvt_conn *kc, const uint8_t *rep, size_t len)
 	}
 	a.fds = fds;
 	a.n = i;
-	if (ret == 0)
+	if (a.n > 0)
 		ret = kvt_port_call(port, attach_socks, &a, 5000);
 	for (i = 0; i < a.n; i++)
 		if (fds[i] >= 0)
 			close(fds[i]);
-	if (ret < 0) {
-		TCP_LOG(ERR, "port %s: cannot connect to %s:%u: %s", port->name,
-			inet_ntoa(*(struct in_addr *)&e.ip), ntohs(e.port),
-			strerror(-ret));
+	if (ret == -ENOMEM)
 		return ret;
+	if (ret < 0) {
+		/* The peer opens all the same when another path reaches it;
+		 * this one is down until the control thread dials it. */
+		TCP_LOG(WARNING, "port %s: cannot connect to %s:%u (%s): it stays down and is dialled again",
+			port->name, inet_ntoa(*(struct in_addr *)&e.ip),
+			ntohs(e.port), strerror(-ret));
+		c->backoff_ms = TCP_BACKOFF_MIN_MS;
+		c->redial_at_us = kvt_now_us() + c->backoff_ms * 1000ull;
 	}
+	if (__atomic_load_n(&c->nsocks, __ATOMIC_ACQUIRE) == 0)
+		kvt_conn_set_down(kc, 1);
 	pthread_mutex_lock(&tp->lock);
 	c->dnext = tp->dialed;
 	tp->dialed = c;
@@ -1251,7 +1286,7 @@ redial(struct kvt_port *port, struct tcp_conn *c, uint64_t now)
 {
 	struct tcp_port *tp = port->priv;
 	struct tcp_hello h = { .magic = rte_cpu_to_le_32(TCP_HELLO_MAGIC),
-			       .version = rte_cpu_to_le_32(1) };
+			       .version = rte_cpu_to_le_32(TCP_HELLO_VERSION) };
 	struct attach_arg a = { .c = c, .n = 1 };
 	int fd, ret;
 
@@ -1427,7 +1462,7 @@ tcp_remove(struct kvt_port *port)
 }
 
 static const struct kvt_pmd_ops tcp_ops = {
-	.flags = 0,
+	.flags = KVT_PMD_F_ONCE,
 	.rank = 10,
 	.probe = tcp_probe,
 	.start = tcp_start,

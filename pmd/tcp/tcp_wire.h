@@ -1,0 +1,57 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * The tcp transport's data connection on the wire, shared by the PMD and
+ * by the tests that speak it by hand (a hostile peer, the fault proxy).
+ * Every field is little-endian.
+ */
+#ifndef KVT_TCP_WIRE_H
+#define KVT_TCP_WIRE_H
+
+#include <stdint.h>
+
+#define TCP_HELLO_MAGIC 0x4b565444u	/* "KVTD" */
+#define TCP_HELLO_VERSION 1u
+
+/* Requests are odd, their answers the next even number. */
+enum tcp_frame_type {
+	F_WRITE = 1,
+	F_WRITE_ACK,
+	F_READ,
+	F_READ_DATA,
+	F_FENCE,
+	F_FENCE_ACK,
+	F_NOTIFY,
+	F_NOTIFY_ACK,
+	F_MAX,
+};
+
+/* A data frame header; WRITE, NOTIFY and READ_DATA (status 0) carry len
+ * payload bytes after it. */
+struct tcp_hdr {
+	uint8_t type;
+	uint8_t rsvd[3];
+	int32_t status;		/* answers: 0 or a negative errno */
+	uint64_t addr;
+	uint64_t aux;		/* FENCE: the room id; READ: the length */
+	uint32_t len;		/* payload bytes that follow */
+	uint32_t seq;		/* FENCE, NOTIFY: the peer's tail sequence
+				 * number (0: none), so a tail sent again
+				 * after a lost answer acts once */
+};
+
+/* The first bytes an initiator sends on a new data connection. */
+struct tcp_hello {
+	uint32_t magic;
+	uint32_t version;
+	uint8_t token[16];	/* issued by the target's CONN_REP */
+};
+
+/* A port's endpoint, as published in the control handshake. */
+struct tcp_ep {
+	uint32_t ip;		/* network order */
+	uint16_t port;		/* network order */
+	uint8_t prefix;
+	uint8_t rsvd;
+};
+
+#endif
