@@ -25,6 +25,13 @@
 
 #define KVT_HANDSHAKE_US (5 * 1000 * 1000)
 #define KVT_MAX_SESSIONS 4096
+/* Answers a session may leave unread: a peer that sends PINGs and never
+ * reads the PONGs gets none past the soft mark, and a session whose
+ * backlog passes the hard one (region updates it does not read) goes. */
+#define KVT_SESS_TX_SOFT (64u << 10)
+#define KVT_SESS_TX_MAX (64u << 20)
+/* Out of file descriptors: stop accepting for a while, not spin. */
+#define KVT_ACCEPT_PAUSE_US (100 * 1000)
 
 /* epoll data tags: the low bit tells sessions from peers. */
 #define TAG_LISTEN ((uint64_t)1)
@@ -32,6 +39,7 @@
 
 static int ctl_epfd = -1;
 static unsigned int ctl_nsessions;
+static uint64_t accept_paused_until;	/* 0: the listener is watched */
 
 static uint32_t
 ping_period_us(void)
@@ -96,6 +104,9 @@ listen_open(void)
 		return err == EADDRINUSE ? -EADDRINUSE : -err;
 	}
 	getsockname(fd, (struct sockaddr *)&sa, &sl);
+	if ((ntohl(sa.sin_addr.s_addr) >> 24) != 127 && e->o.secret[0] == '\0')
+		KVT_LOG(WARNING, "listening on %s without --kvt-secret: whoever reaches this port can read and write the memory this engine exports",
+			e->o.listen);
 	e->listen_addr = sa;
 	advertised_addr(&sa, e->listen_str, sizeof(e->listen_str));
 	e->listen_fd = fd;
@@ -104,9 +115,19 @@ listen_open(void)
 
 /* ---- inbound sessions ---- */
 
+static size_t
+sess_backlog(const struct kvt_session *s)
+{
+	return s->tx.len - s->tx_off;
+}
+
 static int
 sess_queue(struct kvt_session *s, const struct kvt_buf *frame)
 {
+	if (sess_backlog(s) + frame->len > KVT_SESS_TX_MAX) {
+		s->overflow = 1;
+		return -ENOBUFS;
+	}
 	return kvt_buf_put(&s->tx, frame->data, frame->len);
 }
 
@@ -154,18 +175,6 @@ sess_refuse(struct kvt_session *s, int err, const char *reason)
 			KVT_LOG(DEBUG, "refusal not sent");
 	}
 	kvt_buf_free(&b);
-}
-
-/* Constant-time comparison, so timing does not leak the secret. */
-static int
-secret_ok(const char *want, const char *got)
-{
-	size_t lw = strlen(want), lg = strlen(got), i;
-	unsigned char diff = (unsigned char)(lw != lg);
-
-	for (i = 0; i < lw; i++)
-		diff |= (unsigned char)(want[i] ^ (i < lg ? got[i] : 0));
-	return diff == 0;
 }
 
 static int
@@ -217,8 +226,7 @@ sess_hello(struct kvt_session *s, const uint8_t *p, size_t len)
 	s->info.pid = h->pid;
 	s->info.same_host = memcmp(h->host_id, e->env.host_id,
 				   sizeof(h->host_id)) == 0;
-	if (e->o.secret[0] != '\0' &&
-	    (!h->has_secret || !secret_ok(e->o.secret, h->secret))) {
+	if (e->o.secret[0] != '\0' && !kvt_wire_secret_ok(h, e->o.secret)) {
 		sess_refuse(s, EACCES, "wrong or missing secret");
 		ret = -EACCES;
 		goto out;
@@ -330,6 +338,9 @@ sess_frame(struct kvt_session *s, uint16_t type, const uint8_t *p, size_t len)
 	case KVT_W_CONN_REQ:
 		return sess_conn_req(s, p, len);
 	case KVT_W_PING:
+		/* Our last answers are still unread: this one adds nothing. */
+		if (sess_backlog(s) > KVT_SESS_TX_SOFT)
+			return 0;
 		ret = kvt_wire_begin(&b, KVT_W_PONG);
 		ret |= kvt_wire_end(&b);
 		if (ret == 0)
@@ -386,7 +397,7 @@ sess_parse(struct kvt_session *s)
 
 	while (ret == 0 && s->rx.len - off >= KVT_WIRE_HDR) {
 		len = kvt_wire_check_hdr(s->rx.data + off, s->authed ?
-					 KVT_WIRE_MAX : KVT_WIRE_MAX_PREAUTH,
+					 KVT_WIRE_MAX_SESSION : KVT_WIRE_MAX_PREAUTH,
 					 &type);
 		if (len < 0) {
 			sess_refuse(s, EPROTO, "malformed frame header");
@@ -400,6 +411,11 @@ sess_parse(struct kvt_session *s)
 	}
 	memmove(s->rx.data, s->rx.data + off, s->rx.len - off);
 	s->rx.len -= off;
+	/* A frame that arrives a byte at a time has one timeout in all. */
+	if (s->rx.len == 0)
+		s->partial_us = 0;
+	else if (s->partial_us == 0 || off != 0)
+		s->partial_us = kvt_now_us();
 	return ret;
 }
 
@@ -444,6 +460,17 @@ accept_sessions(void)
 		sl = sizeof(ss);
 		fd = accept4(kvt_eng->listen_fd, (struct sockaddr *)&ss, &sl,
 			     SOCK_NONBLOCK | SOCK_CLOEXEC);
+		if (fd < 0 && (errno == EMFILE || errno == ENFILE ||
+			       errno == ENOBUFS || errno == ENOMEM)) {
+			/* The connection waits in the backlog; watching the
+			 * listener now would wake us again at once. */
+			if (accept_paused_until == 0)
+				KVT_LOG(WARNING, "cannot accept control connections: %s; pausing",
+					strerror(errno));
+			epoll_ctl(ctl_epfd, EPOLL_CTL_DEL, kvt_eng->listen_fd, NULL);
+			accept_paused_until = kvt_now_us() + KVT_ACCEPT_PAUSE_US;
+			return;
+		}
 		if (fd < 0)
 			return;
 		if (ctl_nsessions >= KVT_MAX_SESSIONS) {
@@ -653,6 +680,39 @@ kvt_ctl_forget_peer(struct kvt_peer *p)
 }
 
 static void
+accept_resume(uint64_t now)
+{
+	struct epoll_event ev = { .events = EPOLLIN, .data.u64 = TAG_LISTEN };
+
+	if (accept_paused_until == 0 || now < accept_paused_until)
+		return;
+	accept_paused_until = 0;
+	epoll_ctl(ctl_epfd, EPOLL_CTL_ADD, kvt_eng->listen_fd, &ev);
+}
+
+/* Does a session go?  Each phase has its own bound, and why is logged. */
+static int
+sess_expired(const struct kvt_session *s, uint64_t now, uint64_t dead_us)
+{
+	const char *why = NULL;
+
+	if (!s->authed && now - s->opened_us > KVT_HANDSHAKE_US)
+		why = "no handshake in time";
+	else if (now - s->last_rx_us > 2 * dead_us)
+		why = "silent";
+	else if (s->partial_us != 0 && now - s->partial_us > dead_us)
+		why = "a frame trickles in";
+	else if (s->overflow)
+		why = "it does not read what we send";
+	/* Unauthenticated strangers could fill the log: debug for them. */
+	if (why != NULL && s->authed)
+		KVT_LOG(WARNING, "session from %s closed: %s", s->info.name, why);
+	else if (why != NULL)
+		KVT_LOG(DEBUG, "unauthenticated session closed: %s", why);
+	return why != NULL;
+}
+
+static void
 ctl_tick(uint64_t now)
 {
 	struct kvt_session *s, *next;
@@ -678,10 +738,10 @@ ctl_tick(uint64_t now)
 		if (port->pmd->ops->ctl_tick != NULL)
 			port->pmd->ops->ctl_tick(port, now);
 	}
+	accept_resume(now);
 	for (s = kvt_eng->sessions; s != NULL; s = next) {
 		next = s->next;
-		if ((!s->authed && now - s->opened_us > KVT_HANDSHAKE_US) ||
-		    now - s->last_rx_us > 2 * dead_us)
+		if (sess_expired(s, now, dead_us))
 			sess_close(s);
 		else if (s->tx.len > s->tx_off && sess_flush(s) < 0)
 			sess_close(s);
@@ -769,6 +829,7 @@ kvt_ctl_start(void)
 	int ret;
 
 	e->ctl_wake[0] = e->ctl_wake[1] = -1;
+	accept_paused_until = 0;
 	ret = listen_open();
 	if (ret < 0)
 		return ret;

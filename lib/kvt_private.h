@@ -175,6 +175,10 @@ int kvt_meta_resolve(const char *name, char *addr, size_t len);
 #define KVT_WIRE_HDR 12
 #define KVT_WIRE_MAX_PREAUTH (64u << 10)
 #define KVT_WIRE_MAX (16u << 20)
+/* An inbound session sends only small frames once it is authenticated
+ * (CONN_REQ, PING, PORT_MSG of at most 64 KiB, BYE): a larger one is an
+ * attempt to make us buffer it. */
+#define KVT_WIRE_MAX_SESSION (128u << 10)
 
 enum kvt_wire_type {
 	KVT_W_HELLO = 1,
@@ -259,6 +263,7 @@ struct kvt_wire_ep {
 struct kvt_wire_hello {
 	char name[64];
 	char secret[128];
+	uint32_t secret_len;	/* bytes on the wire (a NUL inside counts) */
 	int has_secret;
 	uint8_t host_id[32];
 	uint32_t pid;
@@ -271,6 +276,9 @@ struct kvt_wire_hello {
 
 int kvt_wire_decode_hello(const uint8_t *p, size_t len,
 			  struct kvt_wire_hello *h);
+/* Does the secret h carries equal want, byte for byte and in length?
+ * Constant time in h's secret, so timing does not leak want. */
+int kvt_wire_secret_ok(const struct kvt_wire_hello *h, const char *want);
 
 struct kvt_wire_region {
 	uint64_t base;
@@ -358,6 +366,8 @@ struct kvt_session {
 	struct kvt_buf tx;
 	size_t tx_off;
 	struct kvt_once *once;	/* numbered tails this peer sent us */
+	uint64_t partial_us;	/* since when rx holds part of a frame */
+	int overflow;		/* it let its answers pile up: close it */
 	struct kvt_session *next;
 };
 

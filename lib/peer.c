@@ -496,8 +496,7 @@ handshake(struct kvt_peer *p, uint64_t deadline)
 					    b.len - KVT_WIRE_HDR, w);
 	if (ret < 0)
 		goto out;
-	if (kvt_eng->o.secret[0] != '\0' &&
-	    (!w->has_secret || strcmp(w->secret, kvt_eng->o.secret) != 0)) {
+	if (kvt_eng->o.secret[0] != '\0' && !kvt_wire_secret_ok(w, kvt_eng->o.secret)) {
 		KVT_LOG(ERR, "peer %s did not prove the shared secret", p->addr);
 		ret = -EACCES;
 		goto out;

@@ -230,6 +230,7 @@ kvt_wire_decode_hello(const uint8_t *p, size_t len, struct kvt_wire_hello *h)
 			if (l == 0 || l >= sizeof(h->secret))
 				return -EPROTO;
 			memcpy(h->secret, v, l);
+			h->secret_len = l;
 			h->has_secret = 1;
 			break;
 		case KVT_T_HOST_ID:
@@ -264,6 +265,21 @@ kvt_wire_decode_hello(const uint8_t *p, size_t len, struct kvt_wire_hello *h)
 	if (h->regions != NULL)
 		h->regions_len = (size_t)(regions_end - h->regions);
 	return r == 0 && have == 7 ? 0 : -EPROTO;
+}
+
+int
+kvt_wire_secret_ok(const struct kvt_wire_hello *h, const char *want)
+{
+	size_t lw = strlen(want), i;
+	unsigned char diff;
+
+	if (!h->has_secret)
+		return 0;
+	diff = (unsigned char)(lw != h->secret_len);
+	for (i = 0; i < lw; i++)
+		diff |= (unsigned char)(want[i] ^
+					(i < h->secret_len ? h->secret[i] : 0));
+	return diff == 0;
 }
 
 int

@@ -15,7 +15,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <dirent.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+
+#include <rte_byteorder.h>
 
 #include <criterion/criterion.h>
 
@@ -335,4 +342,357 @@ Test(faults, peer_death_shm_write, .timeout = 300)
 Test(faults, peer_death_shm_read, .timeout = 300)
 {
 	death_loop(SHM, "read", 24);
+}
+
+/* ---- hostile control sessions ---- */
+
+static int
+ctl_dial(const char *addr)
+{
+	struct sockaddr_in sa;
+	int fd;
+
+	cr_assert_eq(kvt_parse_addr(addr, &sa), 0);
+	fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	cr_assert_eq(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	return fd;
+}
+
+/* HELLO with secret (len bytes, NULs and all; NULL: none); @return the
+ * answer's frame type, the answer in b. */
+static int
+ctl_hello_buf(int fd, const char *secret, uint32_t len, struct kvt_buf *out)
+{
+	struct kvt_buf b = { 0 };
+	uint8_t id[32] = { 7 };
+	int ret;
+
+	kvt_wire_begin(&b, KVT_W_HELLO);
+	kvt_wire_put_str(&b, KVT_T_NAME, "hostile");
+	if (secret != NULL)
+		kvt_wire_put(&b, KVT_T_SECRET, secret, len);
+	kvt_wire_put(&b, KVT_T_HOST_ID, id, sizeof(id));
+	kvt_wire_put_u64(&b, KVT_T_PID, 1);
+	kvt_wire_end(&b);
+	cr_assert_eq(send(fd, b.data, b.len, MSG_NOSIGNAL), (ssize_t)b.len);
+	ret = kvt_wire_recv(fd, out, KVT_WIRE_MAX, kvt_now_us() + 5000000);
+	kvt_buf_free(&b);
+	return ret;
+}
+
+static int
+ctl_hello(int fd, const char *secret, uint32_t len)
+{
+	struct kvt_buf b = { 0 };
+	int ret = ctl_hello_buf(fd, secret, len, &b);
+
+	kvt_buf_free(&b);
+	return ret;
+}
+
+/* Wait (at most us) for the far end to close fd; @return 1 if it did. */
+static int
+closed_within(int fd, uint64_t us)
+{
+	uint64_t deadline = tc_now_us() + us;
+	char buf[4096];
+	ssize_t n;
+
+	while (tc_now_us() < deadline) {
+		n = recv(fd, buf, sizeof(buf), MSG_DONTWAIT);
+		if (n == 0 || (n < 0 && errno != EAGAIN))
+			return 1;
+		if (n < 0)
+			usleep(10000);
+	}
+	return 0;
+}
+
+static long
+rss_kib(pid_t pid)
+{
+	char path[64], line[256];
+	long kib = -1;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+	f = fopen(path, "r");
+	cr_assert_not_null(f);
+	while (fgets(line, sizeof(line), f) != NULL)
+		if (sscanf(line, "VmRSS: %ld", &kib) == 1)
+			break;
+	fclose(f);
+	return kib;
+}
+
+/* A secret with a NUL and junk after it is not the secret. */
+Test(faults, secret_compared_whole, .timeout = 60)
+{
+	struct tc_peer t;
+	int fd;
+
+	cr_assert_eq(tc_peer_start(&t, SHM " --kvt-secret s3cret"), 0);
+	fd = ctl_dial(t.addr);
+	cr_assert_eq(ctl_hello(fd, "s3cret\0junk", 11), KVT_W_REFUSE,
+		     "a secret followed by NUL and junk was accepted");
+	close(fd);
+	fd = ctl_dial(t.addr);
+	cr_assert_eq(ctl_hello(fd, "s3cre", 5), KVT_W_REFUSE);
+	close(fd);
+	fd = ctl_dial(t.addr);
+	cr_assert_eq(ctl_hello(fd, "s3cret", 6), KVT_W_WELCOME);
+	close(fd);
+	tc_peer_stop(&t);
+}
+
+/* PINGs by the megabyte, PONGs never read: the target's memory stays. */
+Test(faults, pings_never_read, .timeout = 120)
+{
+	struct kvt_buf b = { 0 }, many = { 0 };
+	struct tc_peer t;
+	long before, after;
+	size_t sent = 0;
+	int fd, buf = 4096;
+
+	cr_assert_eq(tc_peer_start(&t, SHM), 0);
+	fd = ctl_dial(t.addr);
+	setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &buf, sizeof(buf));
+	cr_assert_eq(ctl_hello(fd, NULL, 0), KVT_W_WELCOME);
+	kvt_wire_begin(&b, KVT_W_PING);
+	kvt_wire_end(&b);
+	while (many.len < (1u << 20))
+		kvt_buf_put(&many, b.data, b.len);
+	before = rss_kib(t.pid);
+	while (sent < (48u << 20)) {
+		cr_assert_eq(send(fd, many.data, many.len, MSG_NOSIGNAL),
+			     (ssize_t)many.len, "the target stopped reading");
+		sent += many.len;
+	}
+	usleep(300000);
+	after = rss_kib(t.pid);
+	cr_log_info("48 MiB of PINGs: target RSS %ld -> %ld KiB", before, after);
+	cr_assert_lt(after - before, 16 * 1024, "the target grew by %ld KiB",
+		     after - before);
+	close(fd);
+	kvt_buf_free(&b);
+	kvt_buf_free(&many);
+	tc_peer_stop(&t);
+}
+
+/* After the handshake a session announces a 16 MiB frame: refused at the
+ * header, not buffered. */
+Test(faults, huge_frame_refused, .timeout = 60)
+{
+	uint8_t hdr[KVT_WIRE_HDR], junk[65536] = { 0 };
+	struct kvt_buf b = { 0 };
+	struct tc_peer t;
+	int fd;
+
+	cr_assert_eq(tc_peer_start(&t, SHM), 0);
+	fd = ctl_dial(t.addr);
+	cr_assert_eq(ctl_hello(fd, NULL, 0), KVT_W_WELCOME);
+	kvt_wire_begin(&b, KVT_W_PORT_MSG);
+	kvt_wire_end(&b);
+	memcpy(hdr, b.data, sizeof(hdr));
+	{
+		uint32_t len = rte_cpu_to_le_32((16u << 20) - 1);
+
+		memcpy(hdr + 8, &len, 4);
+	}
+	cr_assert_eq(send(fd, hdr, sizeof(hdr), MSG_NOSIGNAL), (ssize_t)sizeof(hdr));
+	send(fd, junk, sizeof(junk), MSG_NOSIGNAL);
+	cr_assert(closed_within(fd, 3000000), "a 16 MiB frame was buffered");
+	close(fd);
+	kvt_buf_free(&b);
+	tc_peer_stop(&t);
+}
+
+/* A frame that trickles in a byte at a time: the session goes within
+ * about the peer timeout (1 s), though bytes keep coming. */
+Test(faults, trickling_session_closed, .timeout = 60)
+{
+	struct kvt_buf b = { 0 };
+	struct tc_peer t;
+	uint64_t t0;
+	size_t i;
+	int fd, gone = 0;
+
+	cr_assert_eq(tc_peer_start(&t, SHM), 0);
+	fd = ctl_dial(t.addr);
+	cr_assert_eq(ctl_hello(fd, NULL, 0), KVT_W_WELCOME);
+	kvt_wire_begin(&b, KVT_W_PORT_MSG);
+	kvt_buf_put(&b, NULL, 1000);
+	kvt_wire_end(&b);
+	t0 = tc_now_us();
+	for (i = 0; i < b.len && !gone; i++) {
+		if (send(fd, b.data + i, 1, MSG_NOSIGNAL) != 1)
+			break;
+		gone = closed_within(fd, 100000);
+	}
+	cr_assert(gone, "a session trickling one byte per 100 ms stayed %.1f s",
+		  (double)(tc_now_us() - t0) / 1e6);
+	cr_assert_lt(tc_now_us() - t0, 3500000);
+	close(fd);
+	kvt_buf_free(&b);
+	tc_peer_stop(&t);
+}
+
+/* A tcp data connection trickling its hello: gone within the 5 s hello
+ * limit, however slowly the bytes come. */
+Test(faults, trickling_data_hello_closed, .timeout = 60)
+{
+	struct tc_peer t;
+	struct kvt_buf b = { 0 };
+	struct kvt_wire_hello *w = malloc(sizeof(*w));
+	struct sockaddr_in sa = { .sin_family = AF_INET };
+	struct tcp_ep ep;
+	uint64_t t0;
+	unsigned int i;
+	int fd, cfd, gone = 0;
+
+	cr_assert_eq(tc_peer_start(&t, TCP), 0);
+	/* The data port, from the WELCOME. */
+	cfd = ctl_dial(t.addr);
+	cr_assert_eq(ctl_hello_buf(cfd, NULL, 0, &b), KVT_W_WELCOME);
+	cr_assert_eq(kvt_wire_decode_hello(b.data + KVT_WIRE_HDR,
+					   b.len - KVT_WIRE_HDR, w), 0);
+	for (i = 0; i < w->neps; i++)
+		if (strcmp(w->eps[i].pmd, "tcp") == 0 && w->eps[i].ep.len == sizeof(ep))
+			memcpy(&ep, w->eps[i].ep.blob, sizeof(ep));
+	sa.sin_addr.s_addr = ep.ip;
+	sa.sin_port = ep.port;
+	fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	cr_assert_eq(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	t0 = tc_now_us();
+	for (i = 0; i < sizeof(struct tcp_hello) - 1 && !gone; i++) {
+		if (send(fd, "K", 1, MSG_NOSIGNAL) != 1)
+			break;
+		gone = closed_within(fd, 400000);
+	}
+	cr_assert(gone || closed_within(fd, 2000000),
+		  "a data connection trickling its hello stayed %.1f s",
+		  (double)(tc_now_us() - t0) / 1e6);
+	cr_assert_lt(tc_now_us() - t0, 7000000);
+	close(fd);
+	close(cfd);
+	kvt_buf_free(&b);
+	free(w);
+	tc_peer_stop(&t);
+}
+
+/* An open /proc stat file of pid's thread named comm (an fd, so it can
+ * be read when this process has no descriptor left to open). */
+static int
+thread_stat_fd(pid_t pid, const char *comm)
+{
+	char path[320], name[32] = "";
+	int tid = -1, fd;
+	struct dirent *e;
+	FILE *f;
+	DIR *d;
+
+	snprintf(path, sizeof(path), "/proc/%d/task", (int)pid);
+	d = opendir(path);
+	cr_assert_not_null(d);
+	while (tid < 0 && (e = readdir(d)) != NULL) {
+		if (e->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof(path), "/proc/%d/task/%s/comm", (int)pid,
+			 e->d_name);
+		f = fopen(path, "r");
+		if (f != NULL && fgets(name, sizeof(name), f) != NULL &&
+		    strncmp(name, comm, strlen(comm)) == 0)
+			tid = atoi(e->d_name);
+		if (f != NULL)
+			fclose(f);
+	}
+	closedir(d);
+	cr_assert_geq(tid, 0, "no thread %s", comm);
+	snprintf(path, sizeof(path), "/proc/%d/task/%d/stat", (int)pid, tid);
+	f = fopen(path, "re");
+	cr_assert_not_null(f);
+	fd = dup(fileno(f));
+	fclose(f);
+	cr_assert_geq(fd, 0);
+	return fd;
+}
+
+static double
+cpu_secs(int stat_fd)
+{
+	unsigned long ut = 0, st = 0;
+	char buf[1024];
+	ssize_t n = pread(stat_fd, buf, sizeof(buf) - 1, 0);
+	const char *p;
+
+	cr_assert_gt(n, 0);
+	buf[n] = '\0';
+	p = strrchr(buf, ')');
+	cr_assert_not_null(p);
+	cr_assert_eq(sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu",
+			    &ut, &st), 2);
+	return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
+}
+
+/* Descriptors of pid, through an open /proc/PID/fd directory. */
+static unsigned int
+fd_count(DIR *d)
+{
+	unsigned int n = 0;
+	struct dirent *e;
+
+	rewinddir(d);
+	while ((e = readdir(d)) != NULL)
+		n += e->d_name[0] != '.';
+	return n;
+}
+
+/* Out of file descriptors (its limit lowered to 64 while it runs): the
+ * target waits for them, it does not spin. */
+Test(faults, out_of_fds_no_spin, .timeout = 60)
+{
+	struct rlimit low = { 64, 64 };
+	struct sockaddr_in sa;
+	struct tc_peer t;
+	char path[64];
+	int fds[80], sfd;
+	unsigned int i, n;
+	double c0, c1;
+	DIR *d;
+
+	cr_assert_eq(tc_peer_start(&t, SHM), 0);
+	cr_assert_eq(prlimit(t.pid, RLIMIT_NOFILE, &low, NULL), 0);
+	cr_assert_eq(kvt_parse_addr(t.addr, &sa), 0);
+	sfd = thread_stat_fd(t.pid, "kvt-ctl");
+	snprintf(path, sizeof(path), "/proc/%d/fd", (int)t.pid);
+	d = opendir(path);
+	cr_assert_not_null(d);
+	for (n = 0; n < RTE_DIM(fds); n++) {
+		fds[n] = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+		cr_assert_geq(fds[n], 0);
+		cr_assert_eq(connect(fds[n], (struct sockaddr *)&sa, sizeof(sa)), 0);
+	}
+	usleep(300000);
+	/* At its limit (a descriptor numbered past 64 from before the limit
+	 * came may leave a hole below it). */
+	cr_assert_geq(fd_count(d), 60, "the target has %u descriptors", fd_count(d));
+	c0 = cpu_secs(sfd);
+	usleep(2000000);
+	c1 = cpu_secs(sfd);
+	cr_log_info("out of fds: the control thread used %.0f %% of a cpu",
+		    (c1 - c0) * 50);
+	cr_assert_lt(c1 - c0, 0.2, "the control thread used %.0f %% of a cpu",
+		     (c1 - c0) * 50);
+	for (i = 0; i < n; i++)
+		close(fds[i]);
+	closedir(d);
+	close(sfd);
+	/* It accepts again once descriptors are free. */
+	{
+		int fd = ctl_dial(t.addr);
+
+		cr_assert_eq(ctl_hello(fd, NULL, 0), KVT_W_WELCOME);
+		close(fd);
+	}
+	tc_peer_stop(&t);
 }
