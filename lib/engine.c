@@ -5,7 +5,9 @@
  * thread; kvt_fini() takes it all down again.
  */
 #define _GNU_SOURCE
+#include <dirent.h>
 #include <errno.h>
+#include <signal.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,6 +34,75 @@ struct kvt_engine *kvt_eng;
  * later kvt_init() attaches to it. */
 static int kvt_eal_ours;
 static char kvt_eal_rundir[PATH_MAX];
+static int kvt_eal_defaults;	/* kvt chose the EAL arguments */
+
+#define KVT_EAL_PREFIX "kvt-"
+
+/*
+ * Remove an EAL runtime directory and what EAL left in it (its telemetry
+ * and multi-process sockets: EAL's own clean-up unlinks them only after
+ * our exit handler ran, and not at all when a process is killed).
+ */
+static void
+rundir_remove(const char *dir)
+{
+	char path[PATH_MAX];
+	struct dirent *e;
+	DIR *d = opendir(dir);
+
+	if (d == NULL)
+		return;
+	while ((e = readdir(d)) != NULL) {
+		if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+			continue;
+		if ((size_t)snprintf(path, sizeof(path), "%s/%s", dir, e->d_name) <
+		    sizeof(path))
+			unlink(path);
+	}
+	closedir(d);
+	rmdir(dir);
+}
+
+/*
+ * A serving host restarts workers for months: reap the runtime
+ * directories of kvt processes that are gone (only kvt's own prefix, and
+ * only when no process has that pid).
+ */
+static void
+rundirs_reap(const char *ours)
+{
+	char base[PATH_MAX], path[PATH_MAX], *slash, *end;
+	struct dirent *e;
+	unsigned int n = 0;
+	long pid;
+	DIR *d;
+
+	snprintf(base, sizeof(base), "%s", ours);
+	slash = strrchr(base, '/');
+	if (slash == NULL)
+		return;
+	*slash = '\0';
+	d = opendir(base);
+	if (d == NULL)
+		return;
+	while ((e = readdir(d)) != NULL) {
+		if (strncmp(e->d_name, KVT_EAL_PREFIX, strlen(KVT_EAL_PREFIX)) != 0)
+			continue;
+		pid = strtol(e->d_name + strlen(KVT_EAL_PREFIX), &end, 10);
+		if (*end != '\0' || pid <= 0 || pid == (long)getpid() ||
+		    kill((pid_t)pid, 0) == 0 || errno != ESRCH)
+			continue;
+		if ((size_t)snprintf(path, sizeof(path), "%s/%s", base, e->d_name) <
+		    sizeof(path)) {
+			rundir_remove(path);
+			n++;
+		}
+	}
+	closedir(d);
+	if (n > 0)
+		KVT_LOG(INFO, "removed %u runtime director%s of kvt processes that are gone",
+			n, n == 1 ? "y" : "ies");
+}
 
 static void
 eal_cleanup_at_exit(void)
@@ -39,7 +110,11 @@ eal_cleanup_at_exit(void)
 	if (kvt_eng != NULL)
 		kvt_fini();
 	rte_eal_cleanup();
-	if (kvt_eal_rundir[0] != '\0')
+	/* A directory named by the application's own EAL arguments may be
+	 * shared with other processes: only an empty one goes. */
+	if (kvt_eal_rundir[0] != '\0' && kvt_eal_defaults)
+		rundir_remove(kvt_eal_rundir);
+	else if (kvt_eal_rundir[0] != '\0')
 		rmdir(kvt_eal_rundir);
 }
 
@@ -194,10 +269,11 @@ eal_start(int eal_argc, char **eal_argv)
 					 kvt_eng->nports);
 		if (ret < 0)
 			return ret;
-		snprintf(prefix, sizeof(prefix), "--file-prefix=kvt-%d",
+		snprintf(prefix, sizeof(prefix), "--file-prefix=" KVT_EAL_PREFIX "%d",
 			 (int)getpid());
 		snprintf(mem, sizeof(mem), "%u",
 			 64 + kvt_eng->o.descs * 2 / 8192);
+		kvt_eal_defaults = 1;
 		args[n++] = eal_argc > 0 ? eal_argv[0] : (char *)"kvt";
 		args[n++] = (char *)"--no-huge";
 		args[n++] = (char *)"--no-pci";
@@ -220,6 +296,7 @@ eal_start(int eal_argc, char **eal_argv)
 	kvt_eal_ours = 1;
 	snprintf(kvt_eal_rundir, sizeof(kvt_eal_rundir), "%s",
 		 rte_eal_get_runtime_dir());
+	rundirs_reap(kvt_eal_rundir);
 	atexit(eal_cleanup_at_exit);
 	return 0;
 }

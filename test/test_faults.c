@@ -17,6 +17,7 @@
 #include <unistd.h>
 #include <dirent.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <arpa/inet.h>
@@ -695,4 +696,67 @@ Test(faults, out_of_fds_no_spin, .timeout = 60)
 		close(fd);
 	}
 	tc_peer_stop(&t);
+}
+
+/* ---- leave nothing behind ---- */
+
+static int
+dir_exists(const char *fmt, long pid)
+{
+	char path[128];
+	struct stat st;
+
+	snprintf(path, sizeof(path), fmt, pid);
+	return stat(path, &st) == 0;
+}
+
+/*
+ * An engine's EAL runtime directory goes at exit; directories of kvt
+ * processes that died without cleaning up (killed) go when the next
+ * engine starts; those of live processes stay.
+ */
+Test(faults, runtime_dirs_reaped, .timeout = 60)
+{
+	struct tc_peer t;
+	pid_t dead, live;
+	char path[128];
+	FILE *f;
+
+	if (geteuid() != 0)
+		cr_skip_test("EAL's runtime directory is under /var/run only for root");
+	dead = fork();
+	if (dead == 0)
+		_exit(0);
+	waitpid(dead, NULL, 0);
+	live = fork();
+	if (live == 0) {
+		pause();
+		_exit(0);
+	}
+	mkdir("/var/run/dpdk", 0700);
+	snprintf(path, sizeof(path), "/var/run/dpdk/kvt-%d", (int)dead);
+	cr_assert_eq(mkdir(path, 0700), 0);
+	snprintf(path, sizeof(path), "/var/run/dpdk/kvt-%d/dpdk_telemetry.v2", (int)dead);
+	f = fopen(path, "w");
+	cr_assert_not_null(f);
+	fclose(f);
+	snprintf(path, sizeof(path), "/var/run/dpdk/kvt-%d", (int)live);
+	cr_assert_eq(mkdir(path, 0700), 0);
+
+	cr_assert_eq(tc_peer_start(&t, SHM), 0);
+	cr_assert(dir_exists("/var/run/dpdk/kvt-%ld", t.pid), "no runtime dir for the engine");
+	cr_assert_not(dir_exists("/var/run/dpdk/kvt-%ld", dead),
+		      "a dead process's runtime dir was left");
+	cr_assert(dir_exists("/var/run/dpdk/kvt-%ld", live),
+		  "a live process's runtime dir was removed");
+	{
+		long pid = t.pid;
+
+		tc_peer_stop(&t);
+		cr_assert_not(dir_exists("/var/run/dpdk/kvt-%ld", pid),
+			      "the engine left its runtime dir at exit");
+	}
+	rmdir(path);
+	kill(live, SIGKILL);
+	waitpid(live, NULL, 0);
 }
