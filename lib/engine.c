@@ -260,8 +260,11 @@ eal_start(int eal_argc, char **eal_argv)
 		return 0;
 	}
 	if (eal_argc > 1) {
-		if (eal_argc > (int)RTE_DIM(args) - 1)
+		if (eal_argc > (int)RTE_DIM(args) - 1) {
+			KVT_LOG(ERR, "%d EAL arguments: at most %u", eal_argc - 1,
+				(unsigned int)RTE_DIM(args) - 2);
 			return -EINVAL;
+		}
 		for (i = 0; i < eal_argc; i++)
 			args[n++] = eal_argv[i];
 	} else {
@@ -415,6 +418,13 @@ kvt_init(int argc, char **argv)
 	e->env.timeout_ms = e->o.timeout_ms;
 	e->env.nic_allow = e->o.nic;
 	e->env.topo_file = e->o.topo;
+	if (e->o.topo != NULL) {
+		ret = kvt_topo_check_file(e->o.topo, err, sizeof(err));
+		if (ret < 0) {
+			KVT_LOG(ERR, "--kvt-topo: %s", err);
+			goto remove_ports;
+		}
+	}
 
 	ret = kvt_ports_probe();
 	if (ret < 0)

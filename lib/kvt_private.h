@@ -110,6 +110,9 @@ struct kvt_lcore {
 #define KVT_DF_RETRY 0x02	/* waiting for room at the peer */
 
 int kvt_ports_probe(void);
+/* --kvt-topo: is the file there, JSON, and shaped as documented?  NIC
+ * names are checked later, by the transports that have NICs. */
+int kvt_topo_check_file(const char *file, char *err, size_t errlen);
 int kvt_ports_assign(void);
 int kvt_ports_start(void);
 void kvt_host_register(void *addr, size_t len);

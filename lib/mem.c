@@ -204,6 +204,16 @@ ports_register(struct kvt_mem *m)
 	return 0;
 }
 
+/* cpu:N names a NUMA node of this machine (cuda:N is checked by the
+ * device that serves it). */
+static int
+node_exists(const struct kvt_loc *loc)
+{
+	int max = numa_available() >= 0 ? numa_max_node() : 0;
+
+	return loc->type != KVT_LOC_CPU || (loc->id >= 0 && loc->id <= max);
+}
+
 struct kvt_mem *
 kvt_mem_register_flags(void *addr, size_t len, const char *locs, uint32_t flags)
 {
@@ -224,8 +234,8 @@ kvt_mem_register_flags(void *addr, size_t len, const char *locs, uint32_t flags)
 		rte_errno = EINVAL;
 		return NULL;
 	}
-	if (locs != NULL && kvt_parse_loc(locs, &loc) < 0) {
-		KVT_LOG(ERR, "register %p: bad location '%s' (cpu:N or cuda:N)",
+	if (locs != NULL && (kvt_parse_loc(locs, &loc) < 0 || !node_exists(&loc))) {
+		KVT_LOG(ERR, "register %p: bad location '%s' (cpu:N or cuda:N, N a NUMA node or device here)",
 			addr, locs);
 		rte_errno = EINVAL;
 		return NULL;
@@ -454,7 +464,7 @@ kvt_mem_alloc(size_t len, const char *locs)
 		return NULL;
 	}
 	if (len == 0 || len > (1ull << 46) ||
-	    (locs != NULL && kvt_parse_loc(locs, &loc) < 0)) {
+	    (locs != NULL && (kvt_parse_loc(locs, &loc) < 0 || !node_exists(&loc)))) {
 		KVT_LOG(ERR, "alloc %zu at '%s': invalid", len, locs ? locs : "");
 		rte_errno = EINVAL;
 		return NULL;

@@ -82,6 +82,7 @@ int
 kvt_parse_size(const char *s, uint64_t *out)
 {
 	unsigned long long v;
+	unsigned int shift = 0;
 	char *end;
 
 	if (s == NULL || !isdigit((unsigned char)*s))
@@ -94,16 +95,23 @@ kvt_parse_size(const char *s, uint64_t *out)
 	case '\0':
 		break;
 	case 'k': case 'K':
-		v <<= 10; end++;
+		shift = 10;
 		break;
 	case 'm': case 'M':
-		v <<= 20; end++;
+		shift = 20;
 		break;
 	case 'g': case 'G':
-		v <<= 30; end++;
+		shift = 30;
 		break;
 	default:
 		return -EINVAL;
+	}
+	if (shift != 0) {
+		/* A size past 2^64 must not wrap into a small one. */
+		if (v > (UINT64_MAX >> shift))
+			return -ERANGE;
+		v <<= shift;
+		end++;
 	}
 	if (*end == 'i' || *end == 'B')
 		end += (*end == 'i' && end[1] == 'B') ? 2 : 1;

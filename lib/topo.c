@@ -432,7 +432,9 @@ json_nics(const struct kvt_topo *t, json_t *a, const char *key,
 		return -EINVAL;
 	}
 	json_array_foreach(a, i, v) {
-		idx = json_is_string(v) ? kvt_topo_nic_index(t, json_string_value(v)) : -1;
+		/* Without a topology (a syntax check) any name will do. */
+		idx = !json_is_string(v) ? -1 : t == NULL ? 0 :
+			kvt_topo_nic_index(t, json_string_value(v));
 		if (idx < 0) {
 			snprintf(err, errlen, "%s.%s names %s, which is not an allowed RDMA NIC here",
 				 key, field, json_is_string(v) ? json_string_value(v) : "a non-string");
@@ -483,13 +485,15 @@ json_override(struct kvt_topo *t, const char *file, char *err, size_t errlen)
 		}
 		ret = json_nics(t, a, key, "preferred", &np.preferred, err, errlen);
 		/* No fallback list: every other NIC. */
-		np.fallback = active_nics(t);
+		np.fallback = t != NULL ? active_nics(t) : 0;
 		a = json_object_get(v, "fallback");
 		if (ret == 0 && a != NULL)
 			ret = json_nics(t, a, key, "fallback", &np.fallback, err, errlen);
 		if (ret < 0)
 			goto out;
 		np.fallback &= ~np.preferred;
+		if (t == NULL)
+			continue;
 		if (loc.type == KVT_LOC_CPU) {
 			p = &t->cpu[loc.id];
 			t->nnodes = RTE_MAX(t->nnodes, (unsigned int)loc.id + 1);
@@ -502,6 +506,13 @@ json_override(struct kvt_topo *t, const char *file, char *err, size_t errlen)
 out:
 	json_decref(root);
 	return ret;
+}
+
+int
+kvt_topo_check_file(const char *file, char *err, size_t errlen)
+{
+	err[0] = '\0';
+	return json_override(NULL, file, err, errlen);
 }
 
 int

@@ -70,6 +70,8 @@ Test(engine, bad_options, .init = cr_redirect_stderr, .timeout = 30)
 		{ "--kvt-idle", "sleep:0" },
 		{ "--kvt-slice", "12" },
 		{ "--kvt-slice", "1T" },
+		/* Past 2^64 once scaled: must not wrap to 64K. */
+		{ "--kvt-slice", "18014398509482048K" },
 		{ "--kvt-listen", "nohostport" },
 		{ "--kvt-listen", "127.0.0.1:99999" },
 		{ "--kvt-timeout", "-1" },
@@ -113,6 +115,49 @@ Test(engine, bad_options, .init = cr_redirect_stderr, .timeout = 30)
 	cr_assert(strstr(buf, "unknown transport in --kvt-pmd nosuchpmd") != NULL);
 	cr_assert(strstr(buf, "--kvt-bogus") != NULL);
 	cr_assert(strstr(buf, "option conns=9: a number in 1..8") != NULL, "%s", buf);
+}
+
+/* A topology file that is missing or malformed stops kvt_init, RDMA
+ * device or not; so do more EAL arguments than kvt passes on. */
+Test(engine, bad_topology_and_eal_args, .init = cr_redirect_stderr, .timeout = 30)
+{
+	char path[] = "/tmp/kvt-topo-XXXXXX", buf[8192], *argv[80];
+	FILE *f, *err;
+	size_t n;
+	int fd, i;
+
+	argv[0] = (char *)"app";
+	argv[1] = (char *)"--";
+	argv[2] = (char *)"--kvt-topo";
+	argv[3] = (char *)"/nonexistent/topo.json";
+	argv[4] = NULL;
+	cr_assert_eq(kvt_init(4, argv), -ENOENT, "a missing topology file was accepted");
+	fd = mkstemp(path);
+	cr_assert_geq(fd, 0);
+	f = fdopen(fd, "w");
+	fputs("{ \"cpu:0\": { \"preferred\": [ 3 ] } }", f);
+	fclose(f);
+	argv[3] = path;
+	cr_assert_eq(kvt_init(4, argv), -EINVAL, "a malformed topology file was accepted");
+	f = fopen(path, "w");
+	fputs("{ \"cpu:0\": [", f);
+	fclose(f);
+	cr_assert_eq(kvt_init(4, argv), -EINVAL, "a file that is not JSON was accepted");
+	unlink(path);
+	for (i = 1; i < 71; i++)
+		argv[i] = (char *)"--log-level=8";
+	argv[71] = (char *)"--";
+	argv[72] = NULL;
+	cr_assert_eq(kvt_init(72, argv), -EINVAL, "70 EAL arguments");
+	fflush(stderr);
+	err = cr_get_redirected_stderr();
+	n = fread(buf, 1, sizeof(buf) - 1, err);
+	buf[n] = '\0';
+	cr_assert(strstr(buf, "--kvt-topo: topology file /nonexistent/topo.json") != NULL,
+		  "%s", buf);
+	cr_assert(strstr(buf, "is not an array of NIC names") != NULL ||
+		  strstr(buf, "a non-string") != NULL, "%s", buf);
+	cr_assert(strstr(buf, "70 EAL arguments: at most") != NULL, "%s", buf);
 }
 
 Test(engine, option_parser, .timeout = 10)

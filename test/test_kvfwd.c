@@ -68,6 +68,13 @@ Test(kvfwd, bad_options_one_clear_line, .timeout = 60)
 		{ KVT_OPTS " initiator", "initiator needs --peer" },
 		{ KVT_OPTS " loopback --op read --fence", "--fence goes with --op write" },
 		{ "-- --kvt-idle nap loopback", "invalid value 'nap' for --kvt-idle" },
+		{ KVT_OPTS " loopback --total nan", "invalid --total 'nan'" },
+		{ KVT_OPTS " loopback --total 1e30", "invalid --total '1e30'" },
+		{ KVT_OPTS " loopback --total inf", "invalid --total 'inf'" },
+		{ KVT_OPTS " loopback --duration inf", "invalid --duration" },
+		{ KVT_OPTS " loopback --duration nan", "invalid --duration" },
+		{ KVT_OPTS " loopback --dst-loc cpu:99 --total 1M", "'cpu:99': invalid" },
+		{ KVT_OPTS " loopback --src-loc cpu:99 --total 1M", "cpu:99" },
 	};
 	char out[8192];
 	unsigned int i;

@@ -71,7 +71,9 @@ parse_size(const char *s, uint64_t *out)
 		end++;
 	if (*end == 'B')
 		end++;
-	if (*end != '\0' || v < 1)
+	/* nan compares false both ways: reject anything not a finite size
+	 * in [1, 2^62] (1e30 bytes would not fit, and would move nothing). */
+	if (*end != '\0' || !(v >= 1 && v <= 4611686018427387904.0))
 		return -1;
 	*out = (uint64_t)v;
 	return 0;
@@ -176,8 +178,8 @@ parse_opts(struct kvfwd_opts *o, struct args *a, int argc, char **argv)
 			break;
 		case O_DURATION:
 			o->duration = strtod(optarg, &end);
-			if (*end != '\0' || o->duration <= 0)
-				return bad("--duration", optarg);
+			if (*end != '\0' || !(o->duration > 0 && o->duration <= 1e7))
+				return bad("--duration (seconds, at most 1e7)", optarg);
 			break;
 		case O_SRC:
 		case O_DST:
