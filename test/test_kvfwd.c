@@ -13,6 +13,9 @@
 #include <sys/wait.h>
 
 #include <criterion/criterion.h>
+#include <jansson.h>
+#include <signal.h>
+#include <time.h>
 
 static char kvfwd_bin[PATH_MAX];
 
@@ -54,6 +57,68 @@ run(const char *args, char *out, size_t len)
 }
 
 #define KVT_OPTS "-- --kvt-idle sleep:50"
+
+/* The --json line of kvfwd's output, parsed (the caller frees it). */
+static json_t *
+json_of(const char *out)
+{
+	const char *p = strstr(out, "{\"op\"");
+	json_t *j;
+
+	cr_assert_not_null(p, "no JSON in:\n%s", out);
+	j = json_loadb(p, strcspn(p, "\n"), 0, NULL);
+	cr_assert_not_null(j, "bad JSON in:\n%s", out);
+	return j;
+}
+
+static long long
+jint(json_t *j, const char *key)
+{
+	json_t *v = json_object_get(j, key);
+
+	cr_assert(json_is_integer(v), "no integer %s", key);
+	return json_integer_value(v);
+}
+
+static double
+now_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+/* A kvfwd target in the background; its control address in addr. */
+static pid_t
+target_start(const char *args, char *addr, size_t len)
+{
+	char cmd[PATH_MAX + 512], line[512];
+	int fds[2];
+	pid_t pid;
+	FILE *f;
+
+	find_kvfwd();
+	cr_assert_eq(pipe(fds), 0);
+	pid = fork();
+	if (pid == 0) {
+		dup2(fds[1], 1);
+		close(fds[0]);
+		snprintf(cmd, sizeof(cmd), "exec %s " KVT_OPTS " --kvt-listen 127.0.0.1:0 target %s",
+			 kvfwd_bin, args);
+		execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+		_exit(127);
+	}
+	close(fds[1]);
+	f = fdopen(fds[0], "r");
+	while (fgets(line, sizeof(line), f) != NULL)
+		if (sscanf(line, "kvfwd target: listening on %63s", addr) == 1)
+			break;
+	fclose(f);
+	cr_assert_neq(addr[0], '\0', "the target did not start");
+	cr_assert_lt(strlen(addr), len);
+	return pid;
+}
 
 Test(kvfwd, bad_options_one_clear_line, .timeout = 60)
 {
@@ -121,9 +186,17 @@ Test(kvfwd, loopback_verify_threads, .timeout = 120)
 {
 	char out[16384];
 
-	cr_assert_eq(run(KVT_OPTS " loopback --verify --threads 3 --batch 8 --block 16K --buffer 1M --total 64M",
+	json_t *j;
+
+	cr_assert_eq(run(KVT_OPTS " loopback --verify --threads 3 --batch 8 --block 16K --buffer 1M --total 64M --json",
 			 out, sizeof(out)), 0, "%s", out);
-	cr_assert(strstr(out, "0 mixed, 0 stale") != NULL, "%s", out);
+	j = json_of(out);
+	cr_assert_eq(jint(j, "verify_mixed"), 0);
+	cr_assert_eq(jint(j, "verify_stale"), 0);
+	/* Every block sent was checked where it landed: 64M / 16K. */
+	cr_assert_eq(jint(j, "verify_checked"), 4096);
+	cr_assert_eq(jint(j, "requests"), 4096);
+	json_decref(j);
 }
 
 Test(kvfwd, loopback_read_verify_json, .timeout = 120)
@@ -141,7 +214,92 @@ Test(kvfwd, verify_catches_a_mixed_block, .timeout = 120)
 {
 	char out[16384];
 
-	cr_assert_eq(run(KVT_OPTS " loopback --verify --threads 2 --batch 8 --block 16K --buffer 1M --total 16M --x-fault-corrupt-block 300",
+	json_t *j;
+
+	cr_assert_eq(run(KVT_OPTS " loopback --verify --threads 2 --batch 8 --block 16K --buffer 1M --total 16M --x-fault-corrupt-block 300 --json",
 			 out, sizeof(out)), 1, "%s", out);
-	cr_assert(strstr(out, "1 mixed") != NULL, "%s", out);
+	j = json_of(out);
+	cr_assert_eq(jint(j, "verify_mixed"), 1, "%s", out);
+	cr_assert_eq(jint(j, "verify_stale"), 0);
+	json_decref(j);
+}
+
+/* A target serves one initiator at a time and tells a second one so;
+ * the first finishes undisturbed. */
+Test(kvfwd, second_initiator_refused, .timeout = 120)
+{
+	char addr[64] = "", cmd[512], out[16384];
+	pid_t tgt, first;
+	int st;
+
+	tgt = target_start("--buffer 4M", addr, sizeof(addr));
+	snprintf(cmd, sizeof(cmd), KVT_OPTS " initiator --peer %s --verify --duration 3 --block 16K --batch 8 --json >/dev/null",
+		 addr);
+	first = fork();
+	if (first == 0) {
+		char o[8192];
+
+		_exit(run(cmd, o, sizeof(o)));
+	}
+	usleep(1500000);
+	snprintf(cmd, sizeof(cmd), KVT_OPTS " initiator --peer %s --verify --total 1M --block 16K",
+		 addr);
+	cr_assert_neq(run(cmd, out, sizeof(out)), 0, "a second initiator ran: %s", out);
+	cr_assert(strstr(out, "serves another initiator") != NULL, "%s", out);
+	cr_assert_eq(waitpid(first, &st, 0), first);
+	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the first initiator failed: %d", st);
+	kill(tgt, SIGTERM);
+	waitpid(tgt, NULL, 0);
+}
+
+/* The target dies during --verify: the initiator fails fast, not after
+ * waiting out its 30 s result timeout. */
+Test(kvfwd, target_killed_during_verify, .timeout = 120)
+{
+	char addr[64] = "", cmd[512], out[16384];
+	double t0;
+	pid_t tgt, killer;
+	int ret;
+
+	tgt = target_start("--buffer 4M", addr, sizeof(addr));
+	killer = fork();
+	if (killer == 0) {
+		usleep(1500000);
+		kill(tgt, SIGKILL);
+		_exit(0);
+	}
+	snprintf(cmd, sizeof(cmd), "-- --kvt-idle sleep:50 --kvt-timeout 1000 initiator --peer %s --verify --duration 20 --block 16K --batch 8",
+		 addr);
+	t0 = now_s();
+	ret = run(cmd, out, sizeof(out));
+	cr_log_info("initiator ended %d after %.1f s", ret, now_s() - t0);
+	cr_assert_neq(ret, 0, "the run succeeded without its target: %s", out);
+	cr_assert_lt(now_s() - t0, 10.0, "took %.1f s to give up:\n%s", now_s() - t0, out);
+	waitpid(killer, NULL, 0);
+	waitpid(tgt, NULL, 0);
+}
+
+/* Small blocks one at a time over a large buffer: the warm-up pass does
+ * not take longer than the run (it took 40 s). */
+Test(kvfwd, warm_up_is_quick, .timeout = 120)
+{
+	char out[16384];
+	double t0 = now_s();
+
+	cr_assert_eq(run("-- --kvt-idle sleep:50 --kvt-pmd tcp --kvt-nic lo loopback --block 4K --batch 1 --buffer 256M --total 1M",
+			 out, sizeof(out)), 0, "%s", out);
+	cr_assert_lt(now_s() - t0, 15.0, "took %.1f s", now_s() - t0);
+	cr_assert(strstr(out, "warming up the target buffer (256.00 MiB)") != NULL, "%s", out);
+}
+
+/* A tcp baseline uses the target's sink only: no credits armed for
+ * nobody, no peer reported lost at the end. */
+Test(kvfwd, tcp_baseline_quiet, .timeout = 120)
+{
+	char out[16384];
+
+	cr_assert_eq(run("-- --kvt-idle sleep:50 --kvt-pmd tcp --kvt-nic lo loopback --block 1M --batch 16 --total 64M --buffer 16M --baseline",
+			 out, sizeof(out)), 0, "%s", out);
+	cr_assert(strstr(out, "baseline") != NULL, "%s", out);
+	cr_assert(strstr(out, "lost") == NULL, "%s", out);
 }

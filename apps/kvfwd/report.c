@@ -131,6 +131,7 @@ report_json(const struct kvfwd_opts *o, const struct kvfwd_result *r,
 	json_object_set_new(j, "batch", json_integer(o->batch));
 	json_object_set_new(j, "threads", json_integer(o->threads));
 	json_object_set_new(j, "bytes", json_integer((json_int_t)r->bytes));
+	json_object_set_new(j, "requests", json_integer((json_int_t)r->requests));
 	json_object_set_new(j, "seconds", json_real(r->secs));
 	json_object_set_new(j, "gbps", json_real(gbps));
 	json_object_set_new(j, "requests_per_s",

@@ -9,8 +9,10 @@
  * another room is "stale".
  *
  * Messages (notifications): initiator -> target "hello ADDR BLOCK OP
- * VERIFY" and "bye"; target -> initiator credits and "result CHECKED
- * MIXED STALE".
+ * VERIFY" (OP: write, read, or sink for a plain-socket baseline alone)
+ * and "bye"; target -> initiator "ready SINKPORT", credits, "result
+ * CHECKED MIXED STALE", or "busy" to an initiator that comes while
+ * another one's session lives: a target serves one initiator at a time.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -39,6 +41,7 @@ struct target {
 	uint32_t max_slots;
 	/* the current initiator */
 	struct kvt_peer *back;
+	char back_addr[128];
 	uint64_t block;
 	uint32_t nslots;
 	int verify;
@@ -154,6 +157,27 @@ session_end(struct target *t)
 	t->nslots = 0;
 }
 
+/* A second initiator while the first one's session lives: tell it. */
+static void
+refuse_busy(struct target *t, const char *addr)
+{
+	struct kvt_submit_opts so = { .notify = "busy", .notify_len = 4 };
+	struct kvt_peer *p = kvt_peer_open(addr, 5000);
+	struct kvt_batch *b;
+
+	fprintf(stderr, "kvfwd target: initiator %s refused: serving %s\n", addr,
+		t->back_addr);
+	if (p == NULL)
+		return;
+	b = kvt_batch_alloc(1);
+	if (b != NULL && kvt_submit(b, p, NULL, 0, &so) >= 0)
+		kvt_wait(b, 5000000);
+	kvt_batch_free(b);
+	kvt_peer_close(p);
+}
+
+static unsigned int scan_slots(struct target *t);
+
 static void
 on_hello(struct target *t, const char *text)
 {
@@ -161,12 +185,17 @@ on_hello(struct target *t, const char *text)
 	unsigned long long block;
 	uint32_t s;
 
-	session_end(t);
 	if (sscanf(text, "hello %127s %llu %7s %d", addr, &block, op,
 		   &t->verify) != 4 || block == 0 || block > t->o->buffer) {
 		fprintf(stderr, "kvfwd target: bad hello '%s'\n", text);
 		return;
 	}
+	if (t->back != NULL && strcmp(addr, t->back_addr) != 0 &&
+	    kvt_peer_state(t->back) == 0) {
+		refuse_busy(t, addr);
+		return;
+	}
+	session_end(t);
 	t->block = block;
 	t->checked = t->mixed = t->stale = 0;
 	if (strcmp(op, "read") == 0) {
@@ -181,6 +210,7 @@ on_hello(struct target *t, const char *text)
 			addr, rte_strerror(rte_errno));
 		return;
 	}
+	snprintf(t->back_addr, sizeof(t->back_addr), "%s", addr);
 	if (strcmp(op, "write") == 0) {
 		t->nslots = (uint32_t)RTE_MIN(t->o->buffer / block,
 					      (uint64_t)t->max_slots);
@@ -201,6 +231,10 @@ on_message(struct target *t, const struct kvt_notify_msg *m)
 	if (strncmp(text, "hello ", 6) == 0) {
 		on_hello(t, text);
 	} else if (strcmp(text, "bye") == 0) {
+		/* The initiator saw every fence land before it said bye:
+		 * one last look finds the ones not scanned yet. */
+		if (t->nslots > 0)
+			scan_slots(t);
 		snprintf(res, sizeof(res), "result %" PRIu64 " %" PRIu64 " %" PRIu64,
 			 t->checked, t->mixed, t->stale);
 		t->npend = 0;	/* the run is over: no more credits */
