@@ -164,8 +164,12 @@ struct kvt_region {
  * names a metadata service.  Opening an already open, live peer returns
  * the same handle with one more reference.
  *
+ * A peer opens when at least one of its data paths connects; the others
+ * are marked down and dialled again in the background.
+ *
  * @param timeout_ms
- *   Bound on the whole handshake; 0 means the engine's --kvt-timeout.
+ *   Bound on the whole open, a name lookup included; 0 means the
+ *   engine's --kvt-timeout.
  * @return
  *   A handle, or NULL with rte_errno:
  *   - EINVAL: malformed address.
@@ -173,7 +177,11 @@ struct kvt_region {
  *   - ETIMEDOUT: no complete answer in time.
  *   - EACCES: the peer refused our secret, or sent a wrong one.
  *   - EPROTO: malformed or unsupported handshake.
+ *   - EHOSTUNREACH also: no transport reaches it, or none of its data
+ *     paths connects now.
  *   - ENOENT: the name is not published in the metadata service.
+ *   - ESTALE: the engine at the published address carries another name
+ *     (a stale entry).
  *   - ENODEV: engine not running.  ENOMEM.
  */
 struct kvt_peer *kvt_peer_open(const char *addr, unsigned int timeout_ms);
@@ -362,7 +370,10 @@ int kvt_wait(struct kvt_batch *batch, uint64_t timeout_us);
  *
  * @return 0 done, -EINPROGRESS pending, or the request's error:
  *   -ECONNRESET (peer lost), -ETIMEDOUT, -ECANCELED (engine stopped),
- *   -EIO (transport error), -EINVAL (idx out of range).
+ *   -EIO (transport error), -ERANGE (the peer no longer exports the
+ *   range), -ENOBUFS (the peer had no room for the notification until
+ *   the timeout), -EPROTO (the peer answered outside the protocol),
+ *   -EINVAL (idx out of range).
  */
 int kvt_status(struct kvt_batch *batch, unsigned int idx);
 

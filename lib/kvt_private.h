@@ -166,8 +166,10 @@ void kvt_meta_stop(void);
 int kvt_meta_enabled(void);
 /* A region appeared or vanished: publish the descriptor again. */
 void kvt_meta_regions_changed(void);
-/* The control address of the engine published as name. */
-int kvt_meta_resolve(const char *name, char *addr, size_t len);
+/* The control address of the engine published as name, asked of etcd
+ * before deadline_us (kvt_now_us()). */
+int kvt_meta_resolve(const char *name, char *addr, size_t len,
+		     uint64_t deadline_us);
 
 /* ------------------------------------------------------------------ */
 /* Handshake frames (wire.c)                                           */

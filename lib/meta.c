@@ -17,6 +17,7 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,6 +44,7 @@ static struct {
 	unsigned int ttl;
 	pthread_t thread;
 	int running;
+	int listed;		/* our key holds our name */
 	int dirty;		/* regions changed: publish again */
 	pthread_mutex_t lock;
 	pthread_cond_t cond;
@@ -145,13 +147,14 @@ collect(char *p, size_t sz, size_t n, void *arg)
  * (no endpoint answered), -EPROTO (not JSON, or an error answer).
  */
 static json_t *
-post(const char *path, json_t *body, int *err)
+post_within(const char *path, json_t *body, int *err, uint64_t deadline_us)
 {
 	struct answer a = { NULL, 0 };
 	char url[256], *text = json_dumps(body, JSON_COMPACT);
 	json_t *res = NULL;
 	unsigned int i, k;
-	long code = 0;
+	uint64_t now;
+	long code = 0, ms;
 	CURL *c;
 
 	*err = -EHOSTUNREACH;
@@ -161,6 +164,12 @@ post(const char *path, json_t *body, int *err)
 	}
 	c = curl_easy_init();
 	for (i = 0; c != NULL && i < meta.nep && res == NULL; i++) {
+		now = kvt_now_us();
+		if (now >= deadline_us) {
+			*err = -ETIMEDOUT;
+			break;
+		}
+		ms = (long)RTE_MIN((uint64_t)META_HTTP_MS, (deadline_us - now + 999) / 1000);
 		k = (meta.cur + i) % meta.nep;
 		snprintf(url, sizeof(url), "%s%s", meta.ep[k], path);
 		free(a.data);
@@ -168,31 +177,43 @@ post(const char *path, json_t *body, int *err)
 		a.len = 0;
 		curl_easy_setopt(c, CURLOPT_URL, url);
 		curl_easy_setopt(c, CURLOPT_POSTFIELDS, text);
-		curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, (long)META_HTTP_MS);
-		curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, (long)META_HTTP_MS);
+		curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, ms);
+		curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, ms);
 		curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
 		curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, collect);
 		curl_easy_setopt(c, CURLOPT_WRITEDATA, &a);
 		if (curl_easy_perform(c) != CURLE_OK)
 			continue;
-		meta.cur = k;
 		curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &code);
 		res = a.data != NULL ? json_loads(a.data, 0, NULL) : NULL;
 		if (res == NULL || !json_is_object(res) || code != 200 ||
 		    json_object_get(res, "error") != NULL) {
-			KVT_LOG(ERR, "etcd %s%s answered %ld: %.200s", meta.ep[k], path,
-				code, a.data != NULL ? a.data : "(nothing)");
+			/* A member that cannot serve (a learner answers 503)
+			 * does not speak for the cluster: ask the next. */
+			KVT_LOG(WARNING, "etcd %s%s answered %ld: %.200s", meta.ep[k],
+				path, code, a.data != NULL ? a.data : "(nothing)");
 			json_decref(res);
 			res = NULL;
 			*err = -EPROTO;
-			break;
+			continue;
 		}
+		meta.cur = k;
 	}
+	if (res == NULL && *err == -EHOSTUNREACH && kvt_now_us() >= deadline_us)
+		*err = -ETIMEDOUT;
 	if (c != NULL)
 		curl_easy_cleanup(c);
 	free(a.data);
 	free(text);
 	return res;
+}
+
+/* POST with the usual bound: each endpoint gets META_HTTP_MS. */
+static json_t *
+post(const char *path, json_t *body, int *err)
+{
+	return post_within(path, body, err,
+			   kvt_now_us() + 1000ull * META_HTTP_MS * meta.nep);
 }
 
 /* etcd's int64 fields arrive as JSON strings. */
@@ -261,7 +282,21 @@ grant(void)
 	return 0;
 }
 
-/* Put the descriptor: only if absent (first time), else overwrite ours. */
+/* The condition "the key is held by our lease": an engine that stalled
+ * past its lease must not overwrite or delete the key of an engine that
+ * took the name meanwhile. */
+static json_t *
+ours(const char *k64)
+{
+	char lease[24];
+
+	snprintf(lease, sizeof(lease), "%" PRId64, meta.lease);
+	return json_pack("{s:s,s:s,s:s,s:s}", "key", k64, "target", "LEASE",
+			 "result", "EQUAL", "lease", lease);
+}
+
+/* Put the descriptor: only if absent (first time), else only while the
+ * key is ours.  @return 0, -EEXIST (the key is not ours), or an error. */
 static int
 publish(int create)
 {
@@ -280,7 +315,8 @@ publish(int create)
 				"create_revision", "0",
 				"success", "request_put", put);
 	else
-		req = json_pack("{s:[{s:o}]}", "success", "request_put", put);
+		req = json_pack("{s:[o],s:[{s:o}]}", "compare", ours(k),
+				"success", "request_put", put);
 	res = post("/v3/kv/txn", req, &err);
 	json_decref(req);
 	if (res == NULL)
@@ -325,6 +361,7 @@ lease_revoke(void)
 	json_decref(res);
 }
 
+/* Our key goes (only if it is still ours), then our lease. */
 static void
 unpublish(void)
 {
@@ -332,14 +369,44 @@ unpublish(void)
 	json_t *req, *res;
 	int err;
 
-	if (k != NULL) {
-		req = json_pack("{s:s}", "key", k);
-		res = post("/v3/kv/deleterange", req, &err);
+	if (k != NULL && meta.listed) {
+		req = json_pack("{s:[o],s:[{s:{s:s}}]}", "compare", ours(k),
+				"success", "request_delete_range", "key", k);
+		res = post("/v3/kv/txn", req, &err);
 		json_decref(req);
 		json_decref(res);
-		free(k);
 	}
+	free(k);
 	lease_revoke();
+}
+
+/*
+ * The name was lost while our lease had lapsed: take it back if it is
+ * free, else stay unlisted (with no lease kept alive for nothing).
+ * @return 0 listed again, -EEXIST still taken, or an error.
+ */
+static int
+relist(void)
+{
+	int ret = grant();
+
+	if (ret == 0)
+		ret = publish(1);
+	if (ret == -EEXIST)
+		lease_revoke();
+	if (ret == 0) {
+		meta.listed = 1;
+		KVT_LOG(NOTICE, "engine name %s is free again: listed", meta.key);
+	}
+	return ret;
+}
+
+static void
+lost_name(void)
+{
+	meta.listed = 0;
+	KVT_LOG(ERR, "engine name %s was taken by another engine while this one's lease had lapsed: this engine is no longer listed (it takes the name back once it is free)",
+		meta.key);
 }
 
 /* The lease is kept alive every ttl/3; regions changes are published. */
@@ -361,17 +428,29 @@ meta_main(void *arg)
 		if (!meta.running)
 			break;
 		pthread_mutex_unlock(&meta.lock);
-		ret = keepalive();
-		if (ret == -ENOENT) {
-			/* Expired while etcd was away: start over. */
-			KVT_LOG(WARNING, "etcd lease lost: publishing %s again",
-				meta.key);
-			ret = grant();
-			if (ret == 0)
-				ret = publish(1);
-		} else if (ret == 0 && __atomic_exchange_n(&meta.dirty, 0,
-							   __ATOMIC_ACQ_REL)) {
-			ret = publish(0);
+		if (!meta.listed) {
+			ret = relist();
+			if (ret == -EEXIST)
+				ret = 0;	/* still taken: nothing to report */
+		} else {
+			ret = keepalive();
+			if (ret == -ENOENT) {
+				/* Expired while we were away: start over, if
+				 * nobody took the name meanwhile. */
+				KVT_LOG(WARNING, "etcd lease lost: publishing %s again",
+					meta.key);
+				ret = grant();
+				if (ret == 0)
+					ret = publish(1);
+			} else if (ret == 0 && __atomic_exchange_n(&meta.dirty, 0,
+								   __ATOMIC_ACQ_REL)) {
+				ret = publish(0);
+			}
+			if (ret == -EEXIST) {
+				lease_revoke();
+				lost_name();
+				ret = 0;
+			}
 		}
 		if (ret < 0 && !lost)
 			KVT_LOG(ERR, "etcd unreachable (%s): open peers keep working, lookups by name fail",
@@ -436,6 +515,7 @@ kvt_meta_start(void)
 		meta.nep = 0;
 		return ret;
 	}
+	meta.listed = 1;
 	meta.running = 1;
 	ret = pthread_create(&meta.thread, NULL, meta_main, NULL);
 	if (ret != 0) {
@@ -475,9 +555,9 @@ kvt_meta_regions_changed(void)
 }
 
 int
-kvt_meta_resolve(const char *name, char *addr, size_t len)
+kvt_meta_resolve(const char *name, char *addr, size_t len, uint64_t deadline_us)
 {
-	char key[256], *k, val[8192];
+	char key[256], *k, *val = NULL;
 	json_t *req, *res, *kvs, *d = NULL, *a;
 	const char *v;
 	int err;
@@ -491,7 +571,7 @@ kvt_meta_resolve(const char *name, char *addr, size_t len)
 		return -ENOMEM;
 	req = json_pack("{s:s}", "key", k);
 	free(k);
-	res = post("/v3/kv/range", req, &err);
+	res = post_within("/v3/kv/range", req, &err, deadline_us);
 	json_decref(req);
 	if (res == NULL) {
 		KVT_LOG(ERR, "peer %s: cannot ask etcd: %s", name, strerror(-err));
@@ -506,8 +586,13 @@ kvt_meta_resolve(const char *name, char *addr, size_t len)
 	}
 	v = json_string_value(json_object_get(json_array_get(kvs, 0), "value"));
 	err = -EPROTO;
-	if (v != NULL && b64_decode(v, val, sizeof(val)) > 0)
+	/* As large as the answer says: an engine may export thousands of
+	 * regions. */
+	if (v != NULL)
+		val = malloc(strlen(v) / 4 * 3 + 4);
+	if (val != NULL && b64_decode(v, val, strlen(v) / 4 * 3 + 4) > 0)
 		d = json_loads(val, 0, NULL);
+	free(val);
 	a = json_object_get(d, "addr");
 	if (json_is_string(a) && strlen(json_string_value(a)) < len) {
 		struct sockaddr_in sa;

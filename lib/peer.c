@@ -578,7 +578,7 @@ kvt_peer_open(const char *addr, unsigned int timeout_ms)
 	struct kvt_peer *p;
 	char where[128];
 	uint64_t deadline;
-	int ret;
+	int ret, by_name = 0;
 
 	if (kvt_eng == NULL) {
 		rte_errno = ENODEV;
@@ -589,6 +589,14 @@ kvt_peer_open(const char *addr, unsigned int timeout_ms)
 		rte_errno = EINVAL;
 		return NULL;
 	}
+	deadline = kvt_now_us() +
+		(uint64_t)(timeout_ms ? timeout_ms : kvt_eng->o.timeout_ms) * 1000;
+	/* An open peer is the same handle, whatever etcd says now. */
+	pthread_mutex_lock(&kvt_eng->ctl_lock);
+	p = cached(addr);
+	pthread_mutex_unlock(&kvt_eng->ctl_lock);
+	if (p != NULL)
+		return p;
 	if (kvt_parse_addr(addr, &sa) < 0 || sa.sin_port == 0) {
 		/* Not host:port: a name, when a metadata service is set. */
 		if (!kvt_meta_enabled()) {
@@ -597,19 +605,15 @@ kvt_peer_open(const char *addr, unsigned int timeout_ms)
 			rte_errno = EINVAL;
 			return NULL;
 		}
-		ret = kvt_meta_resolve(addr, where, sizeof(where));
+		ret = kvt_meta_resolve(addr, where, sizeof(where), deadline);
 		if (ret == 0 && (kvt_parse_addr(where, &sa) < 0 || sa.sin_port == 0))
 			ret = -EPROTO;
 		if (ret < 0) {
 			rte_errno = -ret;
 			return NULL;
 		}
+		by_name = 1;
 	}
-	pthread_mutex_lock(&kvt_eng->ctl_lock);
-	p = cached(addr);
-	pthread_mutex_unlock(&kvt_eng->ctl_lock);
-	if (p != NULL)
-		return p;
 	p = calloc(1, sizeof(*p));
 	if (p == NULL) {
 		rte_errno = ENOMEM;
@@ -620,8 +624,6 @@ kvt_peer_open(const char *addr, unsigned int timeout_ms)
 	p->state = KVT_PEER_UP;
 	strcpy(p->addr, addr);
 	memcpy(&p->info.ctl_addr, &sa, sizeof(sa));
-	deadline = kvt_now_us() +
-		(uint64_t)(timeout_ms ? timeout_ms : kvt_eng->o.timeout_ms) * 1000;
 	p->fd = connect_to(&sa, deadline);
 	if (p->fd < 0) {
 		ret = p->fd;
@@ -631,6 +633,13 @@ kvt_peer_open(const char *addr, unsigned int timeout_ms)
 	ret = handshake(p, deadline);
 	if (ret < 0) {
 		KVT_LOG(ERR, "peer %s: handshake failed: %s", addr, strerror(-ret));
+		goto free_peer;
+	}
+	/* A stale etcd entry can point at another engine's address. */
+	if (by_name && strcmp(p->info.name, addr) != 0) {
+		KVT_LOG(ERR, "peer %s: the engine at %s is %s, not %s (a stale etcd entry)",
+			addr, where, p->info.name, addr);
+		ret = -ESTALE;
 		goto free_peer;
 	}
 	pthread_mutex_lock(&kvt_eng->ctl_lock);

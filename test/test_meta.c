@@ -18,7 +18,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <pthread.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 
 #include <criterion/criterion.h>
 #include <rte_errno.h>
@@ -215,6 +219,9 @@ Test(meta, etcd_outage, .timeout = 120, .fini = etcd_stop)
 	/* New lookups fail, and say so. */
 	cr_assert_null(kvt_peer_open("b2", 2000));
 	cr_assert_eq(rte_errno, EHOSTUNREACH);
+	/* An open peer opened again is the same handle, etcd or not. */
+	cr_assert_eq(kvt_peer_open("b", 2000), p, "re-opening an open peer asked etcd");
+	kvt_peer_close(p);
 	kvt_peer_close(p);
 	tc_peer_stop(&b);
 	kvt_fini();
@@ -227,4 +234,172 @@ Test(meta, unreachable_etcd_at_init, .timeout = 60)
 	snprintf(o, sizeof(o), "--kvt-pmd shm --kvt-meta etcd://127.0.0.1:9 --kvt-name x");
 	cr_assert_eq(tc_engine_init(o), -EHOSTUNREACH);
 	cr_assert_null(kvt_name());
+}
+
+/* The control address etcd holds for name in cluster c, or "" if none. */
+static void
+published_addr(const char *name, const char *c, char *out, size_t len)
+{
+	char cmd[512];
+	FILE *f;
+
+	snprintf(cmd, sizeof(cmd),
+		 "ETCDCTL_API=3 etcdctl --endpoints=%s get --print-value-only /kvt/%s-%d/engines/%s | sed -n 's/.*\"addr\":\"\\([^\"]*\\)\".*/\\1/p'",
+		 etcd, c, (int)getpid(), name);
+	out[0] = '\0';
+	f = popen(cmd, "r");
+	cr_assert_not_null(f);
+	if (fgets(out, (int)len, f) == NULL)
+		out[0] = '\0';
+	out[strcspn(out, "\n")] = '\0';
+	pclose(f);
+}
+
+/*
+ * An engine stalls past its lease (SIGSTOP) and another takes its name.
+ * When it resumes it must neither overwrite the new owner's key (at a
+ * region change) nor delete it (at a clean exit); it says it lost its
+ * name and stays unlisted.
+ */
+Test(meta, stalled_engine_keeps_off_the_new_owner, .timeout = 120, .fini = etcd_stop)
+{
+	char o[512], addr[128];
+	struct tc_peer a, b;
+	uint64_t t0;
+
+	etcd_private();
+	cr_assert_eq(tc_peer_start(&a, opts(o, sizeof(o), "n", "c6")), 0);
+	published_addr("n", "c6", addr, sizeof(addr));
+	cr_assert_str_eq(addr, a.addr);
+	kill(a.pid, SIGSTOP);
+	/* Its lease (2 s for a 500 ms timeout) runs out; then b may start. */
+	t0 = tc_now_us();
+	do {
+		usleep(200000);
+		published_addr("n", "c6", addr, sizeof(addr));
+	} while (addr[0] != '\0' && tc_now_us() - t0 < 10000000);
+	cr_assert_str_eq(addr, "", "the stalled engine's key outlived its lease");
+	cr_assert_eq(tc_peer_start(&b, opts(o, sizeof(o), "n", "c6")), 0,
+		     "a free name could not be taken");
+	kill(a.pid, SIGCONT);
+	/* a wakes up, and its regions change. */
+	peer_alloc(&a, 65536);
+	usleep(2500000);
+	published_addr("n", "c6", addr, sizeof(addr));
+	cr_assert_str_eq(addr, b.addr, "the stalled engine overwrote the new owner's key");
+	tc_peer_stop(&a);
+	published_addr("n", "c6", addr, sizeof(addr));
+	cr_assert_str_eq(addr, b.addr, "the stalled engine deleted the new owner's key at exit");
+	tc_peer_stop(&b);
+}
+
+/* A lookup honours the open's timeout while etcd does not answer. */
+Test(meta, lookup_within_timeout, .timeout = 60, .fini = etcd_stop)
+{
+	char o[512], pidbuf[32];
+	uint64_t t0, took;
+	FILE *f;
+
+	etcd_private();
+	cr_assert_geq(tc_engine_init(opts(o, sizeof(o), "t", "c7")), 0);
+	snprintf(o, sizeof(o), "/tmp/kvt-etcd-%d/pid", private_port);
+	f = fopen(o, "r");
+	cr_assert_not_null(f);
+	cr_assert_not_null(fgets(pidbuf, sizeof(pidbuf), f));
+	fclose(f);
+	kill(atoi(pidbuf), SIGSTOP);
+	t0 = tc_now_us();
+	cr_assert_null(kvt_peer_open("whoever", 300));
+	took = tc_now_us() - t0;
+	kill(atoi(pidbuf), SIGCONT);
+	cr_log_info("lookup gave up after %.2f s (%s)", took / 1e6,
+		    rte_strerror(rte_errno));
+	cr_assert_lt(took, 700000, "a 300 ms open took %.2f s", took / 1e6);
+	kvt_fini();
+}
+
+/* An engine that exports many regions can be looked up: its descriptor
+ * is larger than any fixed buffer. */
+Test(meta, many_regions_looked_up, .timeout = 60, .fini = etcd_stop)
+{
+	char o[512], buf[64];
+	struct tc_peer b;
+	unsigned int i;
+	void *r;
+
+	etcd_any();
+	cr_assert_geq(tc_engine_init(opts(o, sizeof(o), "big", "c8")), 0);
+	for (i = 0; i < 300; i++) {
+		r = calloc(1, 4096);
+		cr_assert_not_null(kvt_mem_register(r, 4096, NULL, KVT_MEM_REMOTE_WRITE));
+	}
+	usleep(500000);
+	cr_assert_eq(tc_peer_start(&b, opts(o, sizeof(o), "small", "c8")), 0);
+	cr_assert_eq(tc_peer_cmd(&b, buf, sizeof(buf), "open big"), 0,
+		     "an engine with 300 regions cannot be looked up: %s", buf);
+	tc_peer_stop(&b);
+	kvt_fini();
+}
+
+/* A stale entry that points at another engine: refused, not followed. */
+Test(meta, stale_entry_refused, .timeout = 60, .fini = etcd_stop)
+{
+	char o[512];
+	struct tc_peer b;
+
+	etcd_any();
+	cr_assert_geq(tc_engine_init(opts(o, sizeof(o), "t", "c9")), 0);
+	cr_assert_eq(tc_peer_start(&b, opts(o, sizeof(o), "real", "c9")), 0);
+	cr_assert_eq(tc_sh("ETCDCTL_API=3 etcdctl --endpoints=%s put /kvt/c9-%d/engines/ghost '{\"name\":\"ghost\",\"addr\":\"%s\"}' >/dev/null",
+			 etcd, (int)getpid(), b.addr), 0);
+	cr_assert_null(kvt_peer_open("ghost", 2000), "a stale entry was followed");
+	cr_assert_eq(rte_errno, ESTALE);
+	cr_assert_not_null(kvt_peer_open("real", 2000));
+	tc_peer_stop(&b);
+	kvt_fini();
+}
+
+/* A member that answers with an error (a learner answers 503) does not
+ * stop kvt_init: the next endpoint is asked. */
+static void *
+answer_503(void *arg)
+{
+	static const char ans[] = "HTTP/1.1 503 Service Unavailable\r\n"
+		"Content-Type: application/json\r\nContent-Length: 2\r\n"
+		"Connection: close\r\n\r\n{}";
+	int lfd = *(int *)arg, fd;
+	char req[4096];
+
+	while ((fd = accept(lfd, NULL, NULL)) >= 0) {
+		if (recv(fd, req, sizeof(req), 0) > 0 &&
+		    send(fd, ans, sizeof(ans) - 1, MSG_NOSIGNAL) < 0)
+			break;
+		close(fd);
+	}
+	return NULL;
+}
+
+Test(meta, error_answer_tries_next_endpoint, .timeout = 60, .fini = etcd_stop)
+{
+	struct sockaddr_in sa = { .sin_family = AF_INET };
+	socklen_t sl = sizeof(sa);
+	char o[512];
+	pthread_t th;
+	int lfd;
+
+	etcd_any();
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	lfd = socket(AF_INET, SOCK_STREAM, 0);
+	cr_assert_eq(bind(lfd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	cr_assert_eq(listen(lfd, 16), 0);
+	getsockname(lfd, (struct sockaddr *)&sa, &sl);
+	pthread_create(&th, NULL, answer_503, &lfd);
+	snprintf(o, sizeof(o),
+		 "--kvt-pmd shm --kvt-meta etcd://127.0.0.1:%u,%s --kvt-cluster c10-%d --kvt-name e",
+		 ntohs(sa.sin_port), etcd, (int)getpid());
+	cr_assert_geq(tc_engine_init(o), 0, "an error answer from the first member failed kvt_init");
+	kvt_fini();
+	shutdown(lfd, SHUT_RDWR);
+	pthread_join(th, NULL);
+	close(lfd);
 }
