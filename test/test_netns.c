@@ -348,3 +348,53 @@ Test(netns, link_cut_under_notifications, .timeout = 180, .fini = cluster_down)
 	tc_peer_stop(&pre.p);
 	tc_peer_stop(&dec.p);
 }
+
+/*
+ * The initiator has no allow-list (a port on each interface, the backend
+ * too), the target allows its KV NICs only: every port pairs with an
+ * endpoint it can reach, the peer opens, and the data crosses the KV
+ * links, not the backend (no port dials a subnet its route does not
+ * leave through).
+ */
+Test(netns, no_allow_list_pairs_by_route, .timeout = 180, .fini = cluster_down)
+{
+	struct host dec = { .name = "decode", .be = "10.77.9.1" };
+	struct host pre = { .name = "head", .be = "10.77.9.2" };
+	char ns[32], opts[256], buf[128], mine[128];
+	uint64_t base, kv0, kv1, be;
+
+	/* The backend interface listed first (its port comes first). */
+	setenv("KVT_NETNS_ORDER", "9 1 2", 1);
+	cluster_up();
+	host_start(&dec);
+	base = addr_of(&dec.p, "alloc 0 33554432 w");
+	snprintf(ns, sizeof(ns), "%s-head", prefix);
+	snprintf(opts, sizeof(opts),
+		 "--kvt-pmd tcp --kvt-listen 10.77.9.2:7000 --kvt-timeout 500");
+	cr_assert_eq(tc_peer_start_in(&pre.p, ns, opts), 0);
+	addr_of(&pre.p, "alloc 0 33554432 -");
+	cr_assert_eq(tc_peer_cmd(&pre.p, NULL, 0, "fill 0 0 33554432 4"), 0);
+	cr_assert_eq(tc_peer_cmd(&pre.p, buf, sizeof(buf), "open 10.77.9.1:7000"),
+		     0, "the peer did not open: %s", buf);
+	snap(&pre, "tx");
+	kv0 = pre.kv0;
+	kv1 = pre.kv1;
+	be = pre.be_tx;
+	cr_assert_eq(tc_peer_cmd(&pre.p, buf, sizeof(buf),
+				 "write 0 0 %" PRIx64 " 33554432", base), 0);
+	cr_assert_eq(strtol(buf, NULL, 10), 0, "write: %s", buf);
+	snap(&pre, "tx");
+	kv0 = pre.kv0 - kv0;
+	kv1 = pre.kv1 - kv1;
+	be = pre.be_tx - be;
+	cr_log_info("kv0 %" PRIu64 " kv1 %" PRIu64 " be %" PRIu64, kv0, kv1, be);
+	cr_assert_geq(kv0 + kv1, 32 * MiB, "the KV links carried %" PRIu64, kv0 + kv1);
+	cr_assert_gt(kv0, 4 * MiB, "kv0 idle: a routed port took its pairing");
+	cr_assert_gt(kv1, 4 * MiB, "kv1 idle: a routed port took its pairing");
+	cr_assert_lt(be, MiB, "the backend carried %" PRIu64 " bytes", be);
+	cr_assert_eq(tc_peer_cmd(&dec.p, buf, sizeof(buf), "sum 0 0 33554432"), 0);
+	cr_assert_eq(tc_peer_cmd(&pre.p, mine, sizeof(mine), "sum 0 0 33554432"), 0);
+	cr_assert_str_eq(buf, mine, "data damaged");
+	tc_peer_stop(&pre.p);
+	tc_peer_stop(&dec.p);
+}

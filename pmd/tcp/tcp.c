@@ -127,6 +127,11 @@ struct tcp_port {
 	uint8_t scratch[65536];	/* discarded payload */
 };
 
+/* Every port of this PMD, for pairing ports with endpoints (probe and
+ * remove run on the control path, before and after any pairing). */
+static struct tcp_port *tcp_ports[TCP_MAX_PORTS];
+static unsigned int tcp_nports;
+
 /* ---- probe: one port per allowed interface ---- */
 
 static int
@@ -205,6 +210,7 @@ tcp_probe(const struct kvt_pmd *pmd, const char *args)
 			free(tp);
 			break;
 		}
+		tcp_ports[tcp_nports++] = tp;
 		n++;
 	}
 	freeifaddrs(ifa);
@@ -1087,8 +1093,50 @@ same_subnet(uint32_t a, uint32_t b, uint8_t prefix)
 	return (a & mask) == (b & mask);
 }
 
-/* The peer endpoint this port talks to: one on our subnet when there is
- * one (spreading our ports over theirs), else any. */
+/* Is ip on the subnet of one of our ports?  Such an endpoint is that
+ * port's direct match, and no routed pairing may take it. */
+static int
+direct_for_some_port(uint32_t ip)
+{
+	unsigned int i;
+
+	for (i = 0; i < tcp_nports; i++)
+		if (tcp_ports[i] != NULL &&
+		    same_subnet(ip, tcp_ports[i]->addr.sin_addr.s_addr,
+				tcp_ports[i]->prefix))
+			return 1;
+	return 0;
+}
+
+/* Does the kernel's route to ip leave through this port's interface?
+ * (The source address it picks for ip is the port's own.)  A socket
+ * bound to the port's device can only work then. */
+static int
+routed_through(const struct tcp_port *tp, uint32_t ip)
+{
+	struct sockaddr_in dst = { .sin_family = AF_INET, .sin_port = htons(9) };
+	struct sockaddr_in src;
+	socklen_t sl = sizeof(src);
+	int fd, ok = 0;
+
+	dst.sin_addr.s_addr = ip;
+	fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return 0;
+	if (connect(fd, (struct sockaddr *)&dst, sizeof(dst)) == 0 &&
+	    getsockname(fd, (struct sockaddr *)&src, &sl) == 0)
+		ok = src.sin_addr.s_addr == tp->addr.sin_addr.s_addr;
+	close(fd);
+	return ok;
+}
+
+/*
+ * The peer endpoint this port talks to: one on our subnet when there is
+ * one (spreading our ports over theirs); else, on a routed network, one
+ * whose route leaves through our interface and that no other port of
+ * ours reaches directly; else none (-ENOTSUP: this port does not carry
+ * data to that peer).
+ */
 static int
 pick_ep(const struct kvt_port *port, const struct kvt_endpoint *eps,
 	unsigned int neps, struct tcp_ep *out)
@@ -1105,14 +1153,15 @@ pick_ep(const struct kvt_port *port, const struct kvt_endpoint *eps,
 		    nc < TCP_MAX_PORTS)
 			cand[nc++] = i;
 	}
-	if (nc == 0) {
-		/* No endpoint on our subnet: a routed network. */
-		for (i = 0; i < neps && nc < TCP_MAX_PORTS; i++)
-			if (eps[i].len == sizeof(e))
-				cand[nc++] = i;
-		if (nc == 0)
-			return -ENOTSUP;
+	for (i = 0; nc == 0 && i < neps; i++) {
+		if (eps[i].len != sizeof(e))
+			continue;
+		memcpy(&e, eps[i].blob, sizeof(e));
+		if (!direct_for_some_port(e.ip) && routed_through(tp, e.ip))
+			cand[nc++] = i;
 	}
+	if (nc == 0)
+		return -ENOTSUP;
 	k = cand[port->id % nc];
 	memcpy(out, eps[k].blob, sizeof(*out));
 	return (int)k;
@@ -1452,6 +1501,11 @@ static void
 tcp_remove(struct kvt_port *port)
 {
 	struct tcp_port *tp = port->priv;
+	unsigned int i;
+
+	for (i = 0; i < tcp_nports; i++)
+		if (tcp_ports[i] == tp)
+			tcp_ports[i] = tcp_ports[--tcp_nports];
 
 	if (tp->lfd >= 0)
 		close(tp->lfd);
