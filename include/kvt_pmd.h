@@ -279,6 +279,11 @@ struct kvt_pmd_ops {
 	uint32_t flags;
 	/** Preference among PMDs that reach the same memory: higher wins. */
 	int rank;
+	/** Bytes of striped slices one port may hold before new slices go
+	 *  to another port or wait for one to drain (0: 8 MiB).  The same
+	 *  for every port of the PMD: a cap that followed a port's measured
+	 *  rate would feed back into it. */
+	uint64_t stripe_cap;
 
 	/** Create ports with kvt_port_create(); args from --kvt-pmd. */
 	int (*probe)(const struct kvt_pmd *pmd, const char *args);

@@ -534,7 +534,10 @@ fill_slice(struct kvt_batch *b, struct kvt_sub *s, struct kvt_desc *d)
 		/* One port, no choice: in-flight bytes are added per burst. */
 		d->port = s->port;
 	} else {
-		d->port = (uint16_t)kvt_stripe_pick(usable_ports(r, s->peer),
+		uint32_t mask = usable_ports(r, s->peer), room;
+
+		room = (mask & (mask - 1)) != 0 ? kvt_stripe_room(mask) : mask;
+		d->port = (uint16_t)kvt_stripe_pick(room != 0 ? room : mask,
 						    len, b->seq++);
 	}
 	d->len = len;
@@ -655,6 +658,12 @@ pump_sub(struct kvt_batch *b, struct kvt_sub *s)
 		return enqueue(b, d, 1);
 	}
 	while (s->slices_left > 0) {
+		/* Every port that may carry the next slice is full: the
+		 * rest waits for whichever drains first (kvt_poll,
+		 * kvt_wait). */
+		if (s->mode == SUB_STRIPED &&
+		    kvt_stripe_room(usable_ports(&b->req[s->next_req], s->peer)) == 0)
+			return 0;
 		k = (unsigned int)RTE_MIN(s->slices_left, (uint64_t)KVT_BURST);
 		if (rte_mempool_get_bulk(kvt_eng->pool, (void **)d, k) != 0) {
 			k = 1;

@@ -439,6 +439,8 @@ void kvt_claim_drop(struct kvt_claim *c);
 
 /* Choose a port among mask for len bytes. */
 unsigned int kvt_stripe_pick(uint32_t mask, uint32_t len, uint64_t seq);
+/* The ports of mask that may take more slices now (below their cap). */
+uint32_t kvt_stripe_room(uint32_t mask);
 void kvt_stripe_account(struct kvt_port *p, uint32_t len, uint64_t now_tsc);
 
 void kvt_batches_cancel_all(void);

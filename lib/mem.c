@@ -204,8 +204,10 @@ ports_register(struct kvt_mem *m)
 	return 0;
 }
 
-/* cpu:N names a NUMA node of this machine (cuda:N is checked by the
- * device that serves it). */
+/* Memory is placed on cpu:N only if node N exists here (cuda:N is
+ * checked by the device that serves it).  A registration may name any
+ * node: there the location is a label the topology (sysfs, --kvt-topo)
+ * interprets. */
 static int
 node_exists(const struct kvt_loc *loc)
 {
@@ -234,8 +236,8 @@ kvt_mem_register_flags(void *addr, size_t len, const char *locs, uint32_t flags)
 		rte_errno = EINVAL;
 		return NULL;
 	}
-	if (locs != NULL && (kvt_parse_loc(locs, &loc) < 0 || !node_exists(&loc))) {
-		KVT_LOG(ERR, "register %p: bad location '%s' (cpu:N or cuda:N, N a NUMA node or device here)",
+	if (locs != NULL && kvt_parse_loc(locs, &loc) < 0) {
+		KVT_LOG(ERR, "register %p: bad location '%s' (cpu:N or cuda:N)",
 			addr, locs);
 		rte_errno = EINVAL;
 		return NULL;

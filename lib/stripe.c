@@ -2,7 +2,8 @@
 /*
  * Striping: which eligible port takes the next slice.  Each port keeps the
  * bytes it has in flight and a recent rate; a slice goes where it would
- * finish first ((in flight + slice) / rate).  A port whose rate is not
+ * finish first ((in flight + slice) / rate), the rate measured while the
+ * port had a backlog (its capacity).  A port whose rate is not
  * known yet counts as the fastest, and every 64th slice goes round-robin,
  * so a port that fell out of favour is still probed and its rate stays
  * current.
@@ -14,6 +15,8 @@
 
 #define KVT_PROBE_EVERY 64
 #define KVT_RATE_WINDOW_US 1000
+#define KVT_BACKLOG_SLICES 8
+#define KVT_STRIPE_CAP (8u << 20)
 
 static unsigned int
 nth_bit(uint32_t mask, unsigned int n)
@@ -21,6 +24,35 @@ nth_bit(uint32_t mask, unsigned int n)
 	while (n-- > 0)
 		mask &= mask - 1;
 	return (unsigned int)__builtin_ctz(mask);
+}
+
+/*
+ * Bytes a port may hold in flight before it gets no more: enough that
+ * the link does not idle between the submitter's polls, not so much that
+ * a whole large request is dealt out at once on estimates alone.  Slices
+ * held back go to whichever port drains first, so the split follows what
+ * the links really do (and a slow link's tail stays short).
+ */
+static uint64_t
+port_cap(const struct kvt_port *p)
+{
+	uint64_t cap = p->pmd->ops->stripe_cap;
+
+	return cap != 0 ? cap : KVT_STRIPE_CAP;
+}
+
+uint32_t
+kvt_stripe_room(uint32_t mask)
+{
+	const struct kvt_port *p;
+	uint32_t m, room = 0;
+
+	for (m = mask; m != 0; m &= m - 1) {
+		p = kvt_eng->ports[__builtin_ctz(m)];
+		if (__atomic_load_n(&p->inflight_bytes, __ATOMIC_RELAXED) < port_cap(p))
+			room |= m & -m;
+	}
+	return room;
 }
 
 unsigned int
@@ -60,6 +92,17 @@ kvt_stripe_pick(uint32_t mask, uint32_t len, uint64_t seq)
 	return best;
 }
 
+/* Has p more work queued than it finishes in a moment (a few slices)? */
+static int
+backlogged(const struct kvt_port *p)
+{
+	uint64_t q = __atomic_load_n(&p->inflight_bytes, __ATOMIC_RELAXED);
+
+	if (rte_lcore_id() == p->lcore)
+		q -= RTE_MIN(q, p->done_bytes);
+	return q >= (uint64_t)KVT_BACKLOG_SLICES * kvt_eng->o.slice;
+}
+
 /* Lcore of p: a slice of len bytes left p at TSC time now. */
 void
 kvt_stripe_account(struct kvt_port *p, uint32_t len, uint64_t now)
@@ -89,6 +132,18 @@ kvt_stripe_account(struct kvt_port *p, uint32_t len, uint64_t now)
 	/* Bytes per microsecond over the window (win cycles = 1 ms). */
 	rate = p->rate_win_bytes / RTE_MAX(el * KVT_RATE_WINDOW_US / win,
 					   (uint64_t)1);
+	/*
+	 * What a port finished is its capacity only while it had work
+	 * waiting: a port given few slices finishes few, and taking that
+	 * as its rate would give it fewer still (equal links then settled
+	 * at any split, 93/7 as well as 50/50).  A window without a backlog
+	 * may raise the estimate, never lower it.
+	 */
+	if (p->rate_bpus != 0 && rate < p->rate_bpus && !backlogged(p)) {
+		p->rate_win_bytes = 0;
+		p->rate_win_start = now;
+		return;
+	}
 	/* Weigh the new window 1/4 so one hiccup does not starve a rail. */
 	rate = p->rate_bpus != 0 ? (p->rate_bpus * 3 + rate) / 4 : rate;
 	__atomic_store_n(&p->rate_bpus, RTE_MAX(rate, (uint64_t)1),

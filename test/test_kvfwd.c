@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 
 #include <criterion/criterion.h>
@@ -89,9 +90,10 @@ now_s(void)
 	return (double)ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
-/* A kvfwd target in the background; its control address in addr. */
+/* A kvfwd target in the background; its control address in addr, its
+ * stdout (one line per initiator served) in *lines. */
 static pid_t
-target_start(const char *args, char *addr, size_t len)
+target_start(const char *args, char *addr, size_t len, FILE **lines)
 {
 	char cmd[PATH_MAX + 512], line[512];
 	int fds[2];
@@ -102,6 +104,8 @@ target_start(const char *args, char *addr, size_t len)
 	cr_assert_eq(pipe(fds), 0);
 	pid = fork();
 	if (pid == 0) {
+		/* It goes with this test process, even one Criterion kills. */
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
 		dup2(fds[1], 1);
 		close(fds[0]);
 		snprintf(cmd, sizeof(cmd), "exec %s " KVT_OPTS " --kvt-listen 127.0.0.1:0 target %s",
@@ -114,7 +118,10 @@ target_start(const char *args, char *addr, size_t len)
 	while (fgets(line, sizeof(line), f) != NULL)
 		if (sscanf(line, "kvfwd target: listening on %63s", addr) == 1)
 			break;
-	fclose(f);
+	if (lines != NULL)
+		*lines = f;
+	else
+		fclose(f);
 	cr_assert_neq(addr[0], '\0', "the target did not start");
 	cr_assert_lt(strlen(addr), len);
 	return pid;
@@ -228,11 +235,12 @@ Test(kvfwd, verify_catches_a_mixed_block, .timeout = 120)
  * the first finishes undisturbed. */
 Test(kvfwd, second_initiator_refused, .timeout = 120)
 {
-	char addr[64] = "", cmd[512], out[16384];
+	char addr[64] = "", cmd[512], out[16384], line[256] = "";
 	pid_t tgt, first;
+	FILE *lines;
 	int st;
 
-	tgt = target_start("--buffer 4M", addr, sizeof(addr));
+	tgt = target_start("--buffer 4M", addr, sizeof(addr), &lines);
 	snprintf(cmd, sizeof(cmd), KVT_OPTS " initiator --peer %s --verify --duration 3 --block 16K --batch 8 --json >/dev/null",
 		 addr);
 	first = fork();
@@ -241,7 +249,9 @@ Test(kvfwd, second_initiator_refused, .timeout = 120)
 
 		_exit(run(cmd, o, sizeof(o)));
 	}
-	usleep(1500000);
+	/* The first one's session has begun (the target says so). */
+	cr_assert_not_null(fgets(line, sizeof(line), lines));
+	cr_assert(strstr(line, "serving initiator") != NULL, "%s", line);
 	snprintf(cmd, sizeof(cmd), KVT_OPTS " initiator --peer %s --verify --total 1M --block 16K",
 		 addr);
 	cr_assert_neq(run(cmd, out, sizeof(out)), 0, "a second initiator ran: %s", out);
@@ -250,6 +260,7 @@ Test(kvfwd, second_initiator_refused, .timeout = 120)
 	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the first initiator failed: %d", st);
 	kill(tgt, SIGTERM);
 	waitpid(tgt, NULL, 0);
+	fclose(lines);
 }
 
 /* The target dies during --verify: the initiator fails fast, not after
@@ -259,9 +270,10 @@ Test(kvfwd, target_killed_during_verify, .timeout = 120)
 	char addr[64] = "", cmd[512], out[16384];
 	double t0;
 	pid_t tgt, killer;
+	FILE *lines;
 	int ret;
 
-	tgt = target_start("--buffer 4M", addr, sizeof(addr));
+	tgt = target_start("--buffer 4M", addr, sizeof(addr), &lines);
 	killer = fork();
 	if (killer == 0) {
 		usleep(1500000);
@@ -275,8 +287,11 @@ Test(kvfwd, target_killed_during_verify, .timeout = 120)
 	cr_log_info("initiator ended %d after %.1f s", ret, now_s() - t0);
 	cr_assert_neq(ret, 0, "the run succeeded without its target: %s", out);
 	cr_assert_lt(now_s() - t0, 10.0, "took %.1f s to give up:\n%s", now_s() - t0, out);
+	cr_assert(strstr(out, "did not answer our hello") == NULL,
+		  "the target died before the run began:\n%s", out);
 	waitpid(killer, NULL, 0);
 	waitpid(tgt, NULL, 0);
+	fclose(lines);
 }
 
 /* Small blocks one at a time over a large buffer: the warm-up pass does

@@ -398,3 +398,72 @@ Test(netns, no_allow_list_pairs_by_route, .timeout = 180, .fini = cluster_down)
 	tc_peer_stop(&pre.p);
 	tc_peer_stop(&dec.p);
 }
+
+static double
+write_share(struct host *pre, uint64_t base, uint64_t len, double *kv1_share,
+	    double *secs)
+{
+	char buf[128];
+	uint64_t kv0, kv1, t0;
+
+	snap(pre, "tx");
+	kv0 = pre->kv0;
+	kv1 = pre->kv1;
+	t0 = tc_now_us();
+	cr_assert_eq(tc_peer_cmd(&pre->p, buf, sizeof(buf),
+				 "write 0 0 %" PRIx64 " %" PRIu64, base, len), 0);
+	cr_assert_eq(strtol(buf, NULL, 10), 0, "write: %s", buf);
+	*secs = (double)(tc_now_us() - t0) / 1e6;
+	snap(pre, "tx");
+	kv0 = pre->kv0 - kv0;
+	kv1 = pre->kv1 - kv1;
+	*kv1_share = (double)kv1 / (double)(kv0 + kv1);
+	return (double)(kv0 + kv1);
+}
+
+/*
+ * Striping follows the links: two equal links share a long transfer
+ * evenly (40-60 %), every time; a rate-limited link gets about what it
+ * can carry, neither starved nor holding the transfer back.
+ */
+Test(netns, striping_follows_the_links, .timeout = 300, .fini = cluster_down)
+{
+	struct host dec = { .name = "decode", .be = "10.77.9.1" };
+	struct host pre = { .name = "head", .be = "10.77.9.2" };
+	const uint64_t len = 512 * MiB;
+	const double limit = 40e6;	/* bytes/s on the limited link */
+	double share, secs, secs_fast, bytes;
+	uint64_t base;
+	char buf[128];
+	int i;
+
+	cluster_up();
+	host_start(&dec);
+	base = addr_of(&dec.p, "alloc 0 536870912 w");
+	host_start(&pre);
+	addr_of(&pre.p, "alloc 0 536870912 -");
+	cr_assert_eq(tc_peer_cmd(&pre.p, buf, sizeof(buf), "open 10.77.9.1:7000"),
+		     0, "%s", buf);
+	for (i = 0; i < 3; i++) {
+		bytes = write_share(&pre, base, len, &share, &secs);
+		cr_log_info("equal links, run %d: kv1 carried %.1f %% of %.0f MiB in %.2f s",
+			    i, share * 100, bytes / 1048576, secs);
+		cr_assert(share >= 0.4 && share <= 0.6,
+			  "equal links split %.1f / %.1f %%", (1 - share) * 100, share * 100);
+	}
+	secs_fast = secs;
+	/* kv1 limited to 40 MB/s. */
+	cr_assert_eq(tc_sh("ip netns exec %s-head tc qdisc add dev kv1 root tbf rate %.0fbit burst 256kb latency 50ms",
+			   prefix, limit * 8), 0);
+	bytes = write_share(&pre, base, len, &share, &secs);
+	cr_log_info("kv1 at 40 MB/s: it carried %.1f %% (%.1f MB/s) of %.0f MiB in %.2f s (%.2f s unlimited)",
+		    share * 100, share * bytes / secs / 1e6, bytes / 1048576, secs,
+		    secs_fast);
+	/* Neither starved (at least half its rate used) nor holding the
+	 * transfer back (no longer than kv0 alone would take, give or take). */
+	cr_assert_geq(share * bytes / secs, limit / 2, "the limited link was starved");
+	cr_assert_leq(share * bytes / secs, limit * 1.2, "more than the limit?");
+	cr_assert_lt(secs, 2 * secs_fast + 1.0, "the limited link held the transfer back");
+	tc_peer_stop(&pre.p);
+	tc_peer_stop(&dec.p);
+}

@@ -389,6 +389,10 @@ main(int argc, char **argv)
 	pid_t target = 0;
 	int ret, st;
 
+	/* kvfwd's own output may go to a pipe whose reader is gone (the
+	 * loopback parent reads only the target's first line): a write
+	 * error, not a death.  The library never needs this. */
+	signal(SIGPIPE, SIG_IGN);
 	if (parse_all(&o, &a, argc, argv) < 0)
 		return KVFWD_EXIT_USAGE;
 	if (o.mode == KVFWD_LOOPBACK) {

@@ -36,6 +36,7 @@ static volatile sig_atomic_t stop;
 
 struct target {
 	const struct kvfwd_opts *o;
+	FILE *out;		/* where sessions are announced */
 	uint8_t *buf;
 	struct kvt_fence_table *ft;
 	uint32_t max_slots;
@@ -211,6 +212,8 @@ on_hello(struct target *t, const char *text)
 		return;
 	}
 	snprintf(t->back_addr, sizeof(t->back_addr), "%s", addr);
+	fprintf(t->out, "kvfwd target: serving initiator %s\n", addr);
+	fflush(t->out);
 	if (strcmp(op, "write") == 0) {
 		t->nslots = (uint32_t)RTE_MIN(t->o->buffer / block,
 					      (uint64_t)t->max_slots);
@@ -276,7 +279,7 @@ kvfwd_target(const struct kvfwd_opts *o, FILE *ready)
 {
 	struct timespec nap = { 0, 20000 };
 	struct kvt_notify_msg msgs[16];
-	struct target t = { .o = o };
+	struct target t = { .o = o, .out = ready };
 	char addr[64];
 	unsigned int work;
 	int i, n;
