@@ -139,6 +139,14 @@ void kvt_conn_set_down(struct kvt_conn *c, int down);
 int kvt_conn_msg(struct kvt_conn *c, const void *msg, size_t len);
 
 /**
+ * When the engine at the other end of c last answered on its control
+ * connection (kvt_now_us(); 0: not yet).  A link whose work has stalled
+ * while the peer still answers is broken, not the peer: a PMD may fail
+ * it well before the peer timeout.  Any thread.
+ */
+uint64_t kvt_conn_heard_us(const struct kvt_conn *c);
+
+/**
  * Target side, lcore: may the tail numbered seq, arriving on accepted
  * connection c, act?  Marks it taken.  A tail sent again after its answer
  * was lost is refused here and should be answered as done.

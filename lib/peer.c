@@ -55,6 +55,16 @@ kvt_conn_set_down(struct kvt_conn *c, int down)
 		__atomic_fetch_and(&p->down_mask, ~bit, __ATOMIC_RELEASE);
 }
 
+uint64_t
+kvt_conn_heard_us(const struct kvt_conn *c)
+{
+	if (c->accepted)
+		return __atomic_load_n(&((const struct kvt_session *)c->owner)->last_rx_us,
+				       __ATOMIC_RELAXED);
+	return __atomic_load_n(&((const struct kvt_peer *)c->owner)->last_pong_us,
+			       __ATOMIC_RELAXED);
+}
+
 void
 kvt_peer_lost(struct kvt_peer *p, int err)
 {

@@ -972,6 +972,16 @@ tcp_submit(struct kvt_port *port, struct kvt_desc **d, unsigned int n)
 	}
 }
 
+/* Did the peer answer on its control connection after TSC time t? */
+static int
+heard_since(const struct kvt_conn *c, uint64_t t)
+{
+	uint64_t heard = kvt_conn_heard_us(c);
+	uint64_t t_us = (uint64_t)((__uint128_t)t * 1000000 / rte_get_tsc_hz());
+
+	return heard > t_us;
+}
+
 /* @return 0, or the error that fails what a stuck socket holds. */
 static int
 sock_stuck(const struct tcp_port *tp, const struct tcp_sock *s, uint64_t now)
@@ -986,7 +996,13 @@ sock_stuck(const struct tcp_port *tp, const struct tcp_sock *s, uint64_t now)
 	if (!s->server && s->conn != NULL &&
 	    __atomic_load_n(&s->conn->c.dead, __ATOMIC_ACQUIRE))
 		return -ECONNRESET;
-	/* Waiting for an answer that does not come: the link is gone. */
+	/* Waiting for an answer that does not come: the link is gone.  If
+	 * the peer still answers on its control connection since this
+	 * socket last moved, it is this link, and a quarter of the timeout
+	 * is proof enough: its work moves to the live links sooner. */
+	if (now - s->since > tp->timeout_tsc / 4 && s->conn != NULL &&
+	    !s->server && heard_since(&s->conn->c, s->since))
+		return -ETIMEDOUT;
 	return now - s->since > tp->timeout_tsc ? -ETIMEDOUT : 0;
 }
 
