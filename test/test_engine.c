@@ -350,3 +350,30 @@ Test(engine, fini_with_work_in_flight, .timeout = 60)
 	cr_assert_eq(kvt_batch_free(b), 0);
 	cr_assert_eq(kvt_mem_free(src), 0);
 }
+
+/* Listening beyond loopback without a secret is said at start-up; on
+ * loopback, or with a secret, nothing is said. */
+Test(engine, warns_open_listener, .init = cr_redirect_stderr, .timeout = 30)
+{
+	char buf[16384];
+	FILE *err;
+	size_t n;
+
+	cr_assert_geq(tc_engine_init("--kvt-pmd null --kvt-listen 0.0.0.0:0"), 0);
+	kvt_fini();
+	fflush(stderr);
+	err = cr_get_redirected_stderr();
+	n = fread(buf, 1, sizeof(buf) - 1, err);
+	buf[n] = '\0';
+	cr_assert(strstr(buf, "listening on 0.0.0.0:0 without --kvt-secret") != NULL,
+		  "no warning:\n%s", buf);
+	cr_assert_geq(tc_engine_init("--kvt-pmd null --kvt-listen 0.0.0.0:0 --kvt-secret s"), 0);
+	kvt_fini();
+	cr_assert_geq(tc_engine_init("--kvt-pmd null"), 0);	/* loopback */
+	kvt_fini();
+	fflush(stderr);
+	n = fread(buf, 1, sizeof(buf) - 1, err);
+	buf[n] = '\0';
+	cr_assert(strstr(buf, "without --kvt-secret") == NULL,
+		  "a warning with a secret or on loopback:\n%s", buf);
+}
