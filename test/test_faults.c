@@ -38,6 +38,19 @@
 #define TCP "--kvt-pmd tcp --kvt-nic lo --kvt-timeout 1000"
 #define SHM "--kvt-pmd shm --kvt-timeout 1000"
 
+/* The target's engine opened through a fault proxy with rules r. */
+static struct kvt_peer *
+open_proxied(struct tc_peer *t, struct fp_rules *r, struct fproxy **fp)
+{
+	struct kvt_peer *p;
+
+	*fp = fp_start(t->addr, r);
+	cr_assert_not_null(*fp);
+	p = kvt_peer_open(fp_addr(*fp), 5000);
+	cr_assert_not_null(p, "open through the proxy: %s", rte_strerror(rte_errno));
+	return p;
+}
+
 /* A target whose answers to WRITE carry a status outside the documented
  * set: each request fails with -EPROTO, none stays pending. */
 Test(faults, lying_status_fails_the_request, .timeout = 60)
@@ -55,10 +68,7 @@ Test(faults, lying_status_fails_the_request, .timeout = 60)
 	cr_assert_geq(tc_engine_init(TCP), 0);
 	cr_assert_eq(tc_peer_start(&t, TCP), 0);
 	base = tc_peer_u64(&t, 0, "alloc 0 65536 w");
-	fp = fp_start(t.addr, &r);
-	cr_assert_not_null(fp);
-	p = kvt_peer_open(fp_addr(fp), 5000);
-	cr_assert_not_null(p, "open through the proxy: %s", rte_strerror(rte_errno));
+	p = open_proxied(&t, &r, &fp);
 	cr_assert_not_null(kvt_mem_register(src, sizeof(src), NULL, 0));
 	for (i = 0; i < RTE_DIM(lies); i++) {
 		r.ack_status = lies[i];
@@ -114,10 +124,7 @@ Test(faults, lost_answer_tail_acts_once, .timeout = 60)
 	cr_assert_eq(tc_peer_start(&t, TCP), 0);
 	base = tc_peer_u64(&t, 0, "alloc 0 65536 w");
 	ft = tc_peer_u64(&t, 0, "fence 4");
-	fp = fp_start(t.addr, &r);
-	cr_assert_not_null(fp);
-	p = kvt_peer_open(fp_addr(fp), 5000);
-	cr_assert_not_null(p, "open through the proxy: %s", rte_strerror(rte_errno));
+	p = open_proxied(&t, &r, &fp);
 	cr_assert_not_null(kvt_mem_register(src, sizeof(src), NULL, 0));
 
 	r.cut_type = F_NOTIFY_ACK;

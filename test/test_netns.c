@@ -106,6 +106,42 @@ addr_of(struct tc_peer *p, const char *cmd)
 	return strtoull(buf, NULL, 0);
 }
 
+/* The decode host holds the bytes the prefill host has (first len). */
+static void
+same_bytes(struct host *dec, struct host *pre, uint64_t len, const char *what)
+{
+	char theirs[128], mine[128];
+
+	cr_assert_eq(tc_peer_cmd(&dec->p, theirs, sizeof(theirs), "sum 0 0 %" PRIu64,
+				 len), 0);
+	cr_assert_eq(tc_peer_cmd(&pre->p, mine, sizeof(mine), "sum 0 0 %" PRIu64,
+				 len), 0);
+	cr_assert_str_eq(theirs, mine, "%s", what);
+}
+
+/* A link that came back on the head: 32 MiB writes until it carries a
+ * share of one (20 s bound). */
+static void
+link_carries_again(struct host *pre, const char *ifn, uint64_t base)
+{
+	uint64_t t0 = tc_now_us(), before, moved;
+	char buf[128];
+
+	do {
+		usleep(200000);
+		before = counter("head", ifn, "tx");
+		cr_assert_eq(tc_peer_cmd(&pre->p, buf, sizeof(buf),
+					 "write 0 0 %" PRIx64 " %" PRIu64, base,
+					 32 * MiB), 0);
+		cr_assert_eq(strtol(buf, NULL, 10), 0, "write after %s returned: %s",
+			     ifn, buf);
+		moved = counter("head", ifn, "tx") - before;
+	} while (moved < 4 * MiB && tc_now_us() - t0 < 20000000);
+	cr_log_info("%s back: %.1f MiB of a 32 MiB write after %.1f s", ifn,
+		    moved / 1048576.0, (double)(tc_now_us() - t0) / 1e6);
+	cr_assert_geq(moved, 4 * MiB, "%s stayed idle after it came back", ifn);
+}
+
 /* The idle-worker-NIC scenario of DESIGN §1. */
 Test(netns, every_host_sends_its_own_kv, .timeout = 180, .fini = cluster_down)
 {
@@ -182,7 +218,7 @@ Test(netns, kv_link_loss, .timeout = 180, .fini = cluster_down)
 	struct host dec = { .name = "decode", .be = "10.77.9.1" };
 	struct host pre = { .name = "head", .be = "10.77.9.2" };
 	const uint64_t len = 256 * MiB;
-	uint64_t base, t0, before, moved;
+	uint64_t base, t0;
 	char buf[128];
 
 	cluster_up();
@@ -200,31 +236,12 @@ Test(netns, kv_link_loss, .timeout = 180, .fini = cluster_down)
 	cr_assert_eq(tc_sh("ip -n %s-head link set kv1 down", prefix), 0);
 	cr_assert_eq(tc_peer_reply(&pre.p, buf, sizeof(buf)), 0);
 	cr_assert_eq(strtol(buf, NULL, 10), 0, "write with kv1 down mid way: %s", buf);
-	cr_assert_eq(tc_peer_cmd(&dec.p, buf, sizeof(buf), "sum 0 0 %" PRIu64, len), 0);
-	{
-		char mine[128];
-
-		cr_assert_eq(tc_peer_cmd(&pre.p, mine, sizeof(mine), "sum 0 0 %" PRIu64,
-					 len), 0);
-		cr_assert_str_eq(buf, mine, "data damaged after the link loss");
-	}
+	same_bytes(&dec, &pre, len, "data damaged after the link loss");
 
 	/* The link comes back: the head dials it again and it carries its
 	 * share of new writes (no NIC left idle after a flap). */
 	cr_assert_eq(tc_sh("ip -n %s-head link set kv1 up", prefix), 0);
-	t0 = tc_now_us();
-	do {
-		usleep(200000);
-		before = counter("head", "kv1", "tx");
-		cr_assert_eq(tc_peer_cmd(&pre.p, buf, sizeof(buf),
-					 "write 0 0 %" PRIx64 " %" PRIu64, base,
-					 32 * MiB), 0);
-		cr_assert_eq(strtol(buf, NULL, 10), 0, "write after kv1 returned: %s", buf);
-		moved = counter("head", "kv1", "tx") - before;
-	} while (moved < 4 * MiB && tc_now_us() - t0 < 20000000);
-	cr_log_info("kv1 back: %.1f MiB of a 32 MiB write after %.1f s", moved / 1048576.0,
-		    (double)(tc_now_us() - t0) / 1e6);
-	cr_assert_geq(moved, 4 * MiB, "kv1 stayed idle after it came back");
+	link_carries_again(&pre, "kv1", base);
 
 	/* Both down: the request fails in bounded time, nothing hangs. */
 	cr_assert_eq(tc_sh("ip -n %s-head link set kv1 down", prefix), 0);
@@ -250,7 +267,7 @@ Test(netns, open_with_one_path_down, .timeout = 180, .fini = cluster_down)
 {
 	struct host dec = { .name = "decode", .be = "10.77.9.1" };
 	struct host pre = { .name = "head", .be = "10.77.9.2" };
-	uint64_t base, t0, before, moved;
+	uint64_t base, t0, before;
 	char buf[128];
 
 	cluster_up();
@@ -271,28 +288,10 @@ Test(netns, open_with_one_path_down, .timeout = 180, .fini = cluster_down)
 				 "write 0 0 %" PRIx64 " 33554432", base), 0);
 	cr_assert_eq(strtol(buf, NULL, 10), 0, "write over the path left: %s", buf);
 	cr_assert_geq(counter("head", "kv0", "tx") - before, 32 * MiB);
-	cr_assert_eq(tc_peer_cmd(&dec.p, buf, sizeof(buf), "sum 0 0 33554432"), 0);
-	{
-		char mine[128];
-
-		cr_assert_eq(tc_peer_cmd(&pre.p, mine, sizeof(mine),
-					 "sum 0 0 33554432"), 0);
-		cr_assert_str_eq(buf, mine, "data damaged");
-	}
+	same_bytes(&dec, &pre, 32 * MiB, "data damaged");
 	/* The path comes back: it is dialled and carries its share. */
 	cr_assert_eq(tc_sh("ip -n %s-decode link set kv1 up", prefix), 0);
-	t0 = tc_now_us();
-	do {
-		usleep(200000);
-		before = counter("head", "kv1", "tx");
-		cr_assert_eq(tc_peer_cmd(&pre.p, buf, sizeof(buf),
-					 "write 0 0 %" PRIx64 " 33554432", base), 0);
-		cr_assert_eq(strtol(buf, NULL, 10), 0, "write after kv1 came: %s", buf);
-		moved = counter("head", "kv1", "tx") - before;
-	} while (moved < 4 * MiB && tc_now_us() - t0 < 20000000);
-	cr_log_info("kv1 dialled: %.1f MiB of a 32 MiB write after %.1f s",
-		    moved / 1048576.0, (double)(tc_now_us() - t0) / 1e6);
-	cr_assert_geq(moved, 4 * MiB, "the path that came back stays idle");
+	link_carries_again(&pre, "kv1", base);
 	tc_peer_stop(&pre.p);
 	tc_peer_stop(&dec.p);
 }
@@ -372,7 +371,7 @@ Test(netns, no_allow_list_pairs_by_route, .timeout = 180, .fini = cluster_down)
 {
 	struct host dec = { .name = "decode", .be = "10.77.9.1" };
 	struct host pre = { .name = "head", .be = "10.77.9.2" };
-	char ns[32], opts[256], buf[128], mine[128];
+	char ns[32], opts[256], buf[128];
 	uint64_t base, kv0, kv1, be;
 
 	/* The backend interface listed first (its port comes first). */
@@ -404,9 +403,7 @@ Test(netns, no_allow_list_pairs_by_route, .timeout = 180, .fini = cluster_down)
 	cr_assert_gt(kv0, 4 * MiB, "kv0 idle: a routed port took its pairing");
 	cr_assert_gt(kv1, 4 * MiB, "kv1 idle: a routed port took its pairing");
 	cr_assert_lt(be, MiB, "the backend carried %" PRIu64 " bytes", be);
-	cr_assert_eq(tc_peer_cmd(&dec.p, buf, sizeof(buf), "sum 0 0 33554432"), 0);
-	cr_assert_eq(tc_peer_cmd(&pre.p, mine, sizeof(mine), "sum 0 0 33554432"), 0);
-	cr_assert_str_eq(buf, mine, "data damaged");
+	same_bytes(&dec, &pre, 32 * MiB, "data damaged");
 	tc_peer_stop(&pre.p);
 	tc_peer_stop(&dec.p);
 }
