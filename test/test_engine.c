@@ -292,7 +292,7 @@ loops_per_sec(void)
 
 Test(engine, idle_policy_switches, .timeout = 30)
 {
-	double sleep_rate, spin_rate, pause_rate;
+	double sleep_rate, spin_rate, pause_rate, sleep_again;
 
 	cr_assert_geq(tc_engine_init("--kvt-pmd null"), 0);
 	cr_assert_eq(kvt_set_idle("nap"), -EINVAL);
@@ -303,10 +303,13 @@ Test(engine, idle_policy_switches, .timeout = 30)
 	spin_rate = loops_per_sec();
 	cr_assert_eq(kvt_set_idle("pause"), 0);
 	pause_rate = loops_per_sec();
+	/* And back: the switch works both ways. */
 	cr_assert_eq(kvt_set_idle("sleep:2000"), 0);
 	usleep(50000);
+	sleep_again = loops_per_sec();
 	/* 2 ms naps allow at most ~500 turns a second. */
 	cr_assert_lt(sleep_rate, 1000, "sleep: %.0f loops/s", sleep_rate);
+	cr_assert_lt(sleep_again, 1000, "sleep again: %.0f loops/s", sleep_again);
 	cr_assert_gt(spin_rate, 100 * sleep_rate, "spin %.0f sleep %.0f",
 		     spin_rate, sleep_rate);
 	cr_assert_gt(pause_rate, 100 * sleep_rate, "pause %.0f", pause_rate);

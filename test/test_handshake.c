@@ -198,22 +198,56 @@ Test(handshake, every_truncation_refused, .timeout = 120)
 	free(h);
 }
 
-/* Random payloads never crash the decoders. */
+/* Is [p, p + n) inside [buf, buf + len)? */
+static int
+inside(const uint8_t *p, size_t n, const uint8_t *buf, size_t len)
+{
+	return p >= buf && n <= len && (size_t)(p - buf) <= len - n;
+}
+
+/*
+ * Random payloads: each decoder either refuses (-EPROTO, nothing else)
+ * or returns a result whose every string is terminated and every pointer
+ * lies inside the input.
+ */
 Test(handshake, decoders_survive_random_input, .timeout = 60)
 {
 	struct kvt_wire_hello *h = malloc(sizeof(*h));
 	struct kvt_wire_region r;
 	uint8_t buf[512];
-	unsigned int i, j, len;
+	unsigned int i, j, k, len, ok_hello = 0, ok_region = 0;
+	int ret;
 
 	srand(99);
 	for (i = 0; i < 200000; i++) {
 		len = (unsigned int)rand() % sizeof(buf);
 		for (j = 0; j < len; j++)
 			buf[j] = (uint8_t)(rand() % 4 == 0 ? rand() % 24 : rand());
-		kvt_wire_decode_hello(buf, len, h);
-		kvt_wire_decode_region(buf, len, &r);
+		ret = kvt_wire_decode_hello(buf, len, h);
+		cr_assert(ret == 0 || ret == -EPROTO, "hello decoder: %d", ret);
+		if (ret == 0) {
+			ok_hello++;
+			cr_assert_lt(strnlen(h->name, sizeof(h->name)), sizeof(h->name));
+			cr_assert_neq(h->name[0], '\0');
+			cr_assert_leq(h->neps, KVT_WIRE_MAX_EPS);
+			for (k = 0; k < h->neps; k++)
+				cr_assert(inside(h->eps[k].ep.blob, h->eps[k].ep.len,
+						 buf, len), "endpoint %u outside", k);
+			if (h->regions != NULL)
+				cr_assert(inside(h->regions, h->regions_len, buf, len));
+		}
+		ret = kvt_wire_decode_region(buf, len, &r);
+		cr_assert(ret == 0 || ret == -EPROTO, "region decoder: %d", ret);
+		if (ret == 0) {
+			ok_region++;
+			cr_assert_leq(r.nkeys, KVT_MAX_PORTS);
+			for (k = 0; k < r.nkeys; k++)
+				cr_assert(inside(r.keys[k].blob, r.keys[k].len, buf, len),
+					  "key %u outside", k);
+		}
 	}
+	cr_log_info("random input: %u HELLOs and %u regions decoded, the rest refused",
+		    ok_hello, ok_region);
 	free(h);
 }
 

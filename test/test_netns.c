@@ -70,16 +70,32 @@ counter(const char *host, const char *ifn, const char *dir)
 
 struct host {
 	const char *name;
-	const char *be;		/* backend address: the control plane */
+	char be[32];		/* backend address: the control plane */
 	struct tc_peer p;
 	uint64_t kv0, kv1, be_tx;
 };
+
+/* An interface's address, as scripts/netns-cluster assigns it. */
+static void
+addr_of_if(const char *host, const char *ifn, char *out, size_t len)
+{
+	char cmd[PATH_MAX + 64];
+	FILE *f;
+
+	snprintf(cmd, sizeof(cmd), "%s addr %s %s", script, host, ifn);
+	f = popen(cmd, "r");
+	cr_assert_not_null(f);
+	cr_assert_not_null(fgets(out, (int)len, f), "%s", cmd);
+	pclose(f);
+	out[strcspn(out, "\n")] = '\0';
+}
 
 static void
 host_start(struct host *h)
 {
 	char ns[32], opts[256];
 
+	addr_of_if(h->name, "be", h->be, sizeof(h->be));
 	snprintf(ns, sizeof(ns), "%s-%s", prefix, h->name);
 	snprintf(opts, sizeof(opts),
 		 "--kvt-pmd tcp --kvt-nic kv0,kv1 --kvt-listen %s:7000 --kvt-timeout 500",
@@ -104,6 +120,20 @@ addr_of(struct tc_peer *p, const char *cmd)
 	cr_assert_eq(tc_peer_cmd(p, buf, sizeof(buf), "%s", cmd), 0, "%s: %s",
 		     cmd, buf);
 	return strtoull(buf, NULL, 0);
+}
+
+/* Wait (10 s at most) until the head's interface ifn has sent at least
+ * bytes more than its counter's value from; bytes are then in flight. */
+static void
+wait_moved(const char *ifn, uint64_t from, uint64_t bytes)
+{
+	uint64_t t0 = tc_now_us();
+
+	while (counter("head", ifn, "tx") - from < bytes &&
+	       tc_now_us() - t0 < 10000000)
+		usleep(2000);
+	cr_assert_geq(counter("head", ifn, "tx") - from, bytes,
+		      "%s carried nothing of the transfer", ifn);
 }
 
 /* The decode host holds the bytes the prefill host has (first len). */
@@ -142,12 +172,16 @@ link_carries_again(struct host *pre, const char *ifn, uint64_t base)
 	cr_assert_geq(moved, 4 * MiB, "%s stayed idle after it came back", ifn);
 }
 
-/* The idle-worker-NIC scenario of DESIGN §1. */
+/*
+ * The idle-worker-NIC failure: with multi-node prefill, only the head
+ * node's KV NIC carried traffic while the worker's sat idle.  Here every
+ * prefill host sends its own shard from its own KV NICs.
+ */
 Test(netns, every_host_sends_its_own_kv, .timeout = 180, .fini = cluster_down)
 {
-	struct host dec = { .name = "decode", .be = "10.77.9.1" };
-	struct host pre[2] = { { .name = "head", .be = "10.77.9.2" },
-			       { .name = "worker", .be = "10.77.9.3" } };
+	struct host dec = { .name = "decode" };
+	struct host pre[2] = { { .name = "head" },
+			       { .name = "worker" } };
 	char buf[128];
 	uint64_t base, sum, dec_rx0, dec_rx;
 	int i;
@@ -161,7 +195,7 @@ Test(netns, every_host_sends_its_own_kv, .timeout = 180, .fini = cluster_down)
 		cr_assert_eq(tc_peer_cmd(&pre[i].p, NULL, 0, "fill 0 0 %" PRIu64 " %d",
 					 SHARD, 11 + i), 0);
 		cr_assert_eq(tc_peer_cmd(&pre[i].p, buf, sizeof(buf),
-					 "open 10.77.9.1:7000"), 0, "%s", buf);
+					 "open %s:7000", dec.be), 0, "%s", buf);
 		snap(&pre[i], "tx");
 	}
 	snap(&dec, "rx");
@@ -215,8 +249,8 @@ Test(netns, every_host_sends_its_own_kv, .timeout = 180, .fini = cluster_down)
 
 Test(netns, kv_link_loss, .timeout = 180, .fini = cluster_down)
 {
-	struct host dec = { .name = "decode", .be = "10.77.9.1" };
-	struct host pre = { .name = "head", .be = "10.77.9.2" };
+	struct host dec = { .name = "decode" };
+	struct host pre = { .name = "head" };
 	const uint64_t len = 256 * MiB;
 	uint64_t base, t0;
 	char buf[128];
@@ -227,12 +261,14 @@ Test(netns, kv_link_loss, .timeout = 180, .fini = cluster_down)
 	host_start(&pre);
 	addr_of(&pre.p, "alloc 0 268435456 -");
 	cr_assert_eq(tc_peer_cmd(&pre.p, NULL, 0, "fill 0 0 %" PRIu64 " 5", len), 0);
-	cr_assert_eq(tc_peer_cmd(&pre.p, buf, sizeof(buf), "open 10.77.9.1:7000"),
+	cr_assert_eq(tc_peer_cmd(&pre.p, buf, sizeof(buf), "open %s:7000", dec.be),
 		     0, "%s", buf);
 
-	/* One KV link goes down mid transfer: the other finishes it. */
+	/* One KV link goes down mid transfer (once it has carried 8 MiB of
+	 * it): the other finishes it. */
+	t0 = counter("head", "kv1", "tx");
 	tc_peer_send(&pre.p, "write 0 0 %" PRIx64 " %" PRIu64, base, len);
-	usleep(40000);
+	wait_moved("kv1", t0, 8 * MiB);
 	cr_assert_eq(tc_sh("ip -n %s-head link set kv1 down", prefix), 0);
 	cr_assert_eq(tc_peer_reply(&pre.p, buf, sizeof(buf)), 0);
 	cr_assert_eq(strtol(buf, NULL, 10), 0, "write with kv1 down mid way: %s", buf);
@@ -265,8 +301,8 @@ Test(netns, kv_link_loss, .timeout = 180, .fini = cluster_down)
  */
 Test(netns, open_with_one_path_down, .timeout = 180, .fini = cluster_down)
 {
-	struct host dec = { .name = "decode", .be = "10.77.9.1" };
-	struct host pre = { .name = "head", .be = "10.77.9.2" };
+	struct host dec = { .name = "decode" };
+	struct host pre = { .name = "head" };
 	uint64_t base, t0, before;
 	char buf[128];
 
@@ -279,7 +315,7 @@ Test(netns, open_with_one_path_down, .timeout = 180, .fini = cluster_down)
 	/* The decode host's kv1 is gone before anyone dials it. */
 	cr_assert_eq(tc_sh("ip -n %s-decode link set kv1 down", prefix), 0);
 	t0 = tc_now_us();
-	cr_assert_eq(tc_peer_cmd(&pre.p, buf, sizeof(buf), "open 10.77.9.1:7000"),
+	cr_assert_eq(tc_peer_cmd(&pre.p, buf, sizeof(buf), "open %s:7000", dec.be),
 		     0, "the peer did not open with one path down: %s", buf);
 	cr_log_info("opened with kv1 down in %.2f s", (double)(tc_now_us() - t0) / 1e6);
 	cr_assert_lt(tc_now_us() - t0, 1000000, "opening took the whole timeout");
@@ -303,10 +339,10 @@ Test(netns, open_with_one_path_down, .timeout = 180, .fini = cluster_down)
  */
 Test(netns, link_cut_under_notifications, .timeout = 180, .fini = cluster_down)
 {
-	struct host dec = { .name = "decode", .be = "10.77.9.1" };
-	struct host pre = { .name = "head", .be = "10.77.9.2" };
+	struct host dec = { .name = "decode" };
+	struct host pre = { .name = "head" };
 	const unsigned int n = 50, rounds = 4;
-	uint64_t base, t0, kv1;
+	uint64_t base, kv1;
 	char buf[128], *notes = malloc(16384), want[16];
 	unsigned int i;
 	int st;
@@ -316,17 +352,12 @@ Test(netns, link_cut_under_notifications, .timeout = 180, .fini = cluster_down)
 	base = addr_of(&dec.p, "alloc 0 4194304 w");
 	host_start(&pre);
 	addr_of(&pre.p, "alloc 0 4194304 -");
-	cr_assert_eq(tc_peer_cmd(&pre.p, buf, sizeof(buf), "open 10.77.9.1:7000"),
+	cr_assert_eq(tc_peer_cmd(&pre.p, buf, sizeof(buf), "open %s:7000", dec.be),
 		     0, "%s", buf);
 	kv1 = counter("head", "kv1", "tx");
 	tc_peer_send(&pre.p, "burst 0 0 %" PRIx64 " 1048576 %u %u", base, n, rounds);
 	/* Cut kv1 once it is seen carrying this stream. */
-	t0 = tc_now_us();
-	while (counter("head", "kv1", "tx") - kv1 < 8 * MiB &&
-	       tc_now_us() - t0 < 10000000)
-		usleep(2000);
-	cr_assert_geq(counter("head", "kv1", "tx") - kv1, 8 * MiB,
-		      "kv1 carried nothing before the cut");
+	wait_moved("kv1", kv1, 8 * MiB);
 	cr_assert_eq(tc_sh("ip -n %s-head link set kv1 down", prefix), 0);
 	/* The stream waits only for what the cut link held, and kvt tells
 	 * a dead link from a dead peer (whose pings still come back) well
@@ -369,8 +400,8 @@ Test(netns, link_cut_under_notifications, .timeout = 180, .fini = cluster_down)
  */
 Test(netns, no_allow_list_pairs_by_route, .timeout = 180, .fini = cluster_down)
 {
-	struct host dec = { .name = "decode", .be = "10.77.9.1" };
-	struct host pre = { .name = "head", .be = "10.77.9.2" };
+	struct host dec = { .name = "decode" };
+	struct host pre = { .name = "head" };
 	char ns[32], opts[256], buf[128];
 	uint64_t base, kv0, kv1, be;
 
@@ -380,12 +411,13 @@ Test(netns, no_allow_list_pairs_by_route, .timeout = 180, .fini = cluster_down)
 	host_start(&dec);
 	base = addr_of(&dec.p, "alloc 0 33554432 w");
 	snprintf(ns, sizeof(ns), "%s-head", prefix);
+	addr_of_if("head", "be", pre.be, sizeof(pre.be));
 	snprintf(opts, sizeof(opts),
-		 "--kvt-pmd tcp --kvt-listen 10.77.9.2:7000 --kvt-timeout 500");
+		 "--kvt-pmd tcp --kvt-listen %s:7000 --kvt-timeout 500", pre.be);
 	cr_assert_eq(tc_peer_start_in(&pre.p, ns, opts), 0);
 	addr_of(&pre.p, "alloc 0 33554432 -");
 	cr_assert_eq(tc_peer_cmd(&pre.p, NULL, 0, "fill 0 0 33554432 4"), 0);
-	cr_assert_eq(tc_peer_cmd(&pre.p, buf, sizeof(buf), "open 10.77.9.1:7000"),
+	cr_assert_eq(tc_peer_cmd(&pre.p, buf, sizeof(buf), "open %s:7000", dec.be),
 		     0, "the peer did not open: %s", buf);
 	snap(&pre, "tx");
 	kv0 = pre.kv0;
@@ -437,8 +469,8 @@ write_share(struct host *pre, uint64_t base, uint64_t len, double *kv1_share,
  */
 Test(netns, striping_follows_the_links, .timeout = 300, .fini = cluster_down)
 {
-	struct host dec = { .name = "decode", .be = "10.77.9.1" };
-	struct host pre = { .name = "head", .be = "10.77.9.2" };
+	struct host dec = { .name = "decode" };
+	struct host pre = { .name = "head" };
 	const uint64_t len = 512 * MiB;
 	const double limit = 40e6;	/* bytes/s on the limited link */
 	double share, secs, secs_fast, bytes;
@@ -451,7 +483,7 @@ Test(netns, striping_follows_the_links, .timeout = 300, .fini = cluster_down)
 	base = addr_of(&dec.p, "alloc 0 536870912 w");
 	host_start(&pre);
 	addr_of(&pre.p, "alloc 0 536870912 -");
-	cr_assert_eq(tc_peer_cmd(&pre.p, buf, sizeof(buf), "open 10.77.9.1:7000"),
+	cr_assert_eq(tc_peer_cmd(&pre.p, buf, sizeof(buf), "open %s:7000", dec.be),
 		     0, "%s", buf);
 	for (i = 0; i < 3; i++) {
 		bytes = write_share(&pre, base, len, &share, &secs);

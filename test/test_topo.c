@@ -127,7 +127,9 @@ Test(topo, allow_list_nearest_remaining, .fini = fini)
 	cr_assert_eq(t.cpu[1].preferred, 0x2);
 }
 
-Test(topo, down_nic_skipped, .fini = fini)
+/* A NIC whose port is down stays listed (it may come back) but is no
+ * one's preferred or fallback NIC. */
+Test(topo, down_nic_listed_not_used, .fini = fini)
 {
 	struct kvt_topo t;
 	char err[256];

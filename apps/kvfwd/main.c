@@ -105,7 +105,10 @@ static const struct option long_opts[] = {
 	{ "baseline", no_argument, NULL, O_BASELINE },
 	{ "baseline-to", required_argument, NULL, O_BASELINE_TO },
 	{ "json", no_argument, NULL, O_JSON },
+#ifdef KVFWD_FAULT_INJECT
+	/* Test-only (-Dfault_inject=true): damage one block's source. */
 	{ "x-fault-corrupt-block", required_argument, NULL, O_FAULT },
+#endif
 	{ "help", no_argument, NULL, O_HELP },
 	{ NULL, 0, NULL, 0 },
 };
