@@ -170,6 +170,9 @@ void kvt_meta_regions_changed(void);
  * before deadline_us (kvt_now_us()). */
 int kvt_meta_resolve(const char *name, char *addr, size_t len,
 		     uint64_t deadline_us);
+/* The address in an etcd range answer; 0, -ENOENT, -EPROTO. */
+int kvt_meta_parse_range(const char *answer, size_t alen, char *addr,
+			 size_t len);
 
 /* ------------------------------------------------------------------ */
 /* Handshake frames (wire.c)                                           */

@@ -554,12 +554,57 @@ kvt_meta_regions_changed(void)
 	pthread_mutex_unlock(&meta.lock);
 }
 
+/*
+ * The control address in an etcd range answer (the JSON text the gateway
+ * sent): kvs[0].value, base64 of the engine's JSON descriptor, whose
+ * "addr" is host:port.  Every step is checked: the answer is untrusted.
+ * @return 0, -ENOENT (no such key), -EPROTO (malformed).
+ */
+int
+kvt_meta_parse_range(const char *answer, size_t alen, char *addr, size_t len)
+{
+	json_t *res, *kvs, *d = NULL, *a;
+	struct sockaddr_in sa;
+	const char *v;
+	char *val = NULL;
+	size_t cap;
+	int err = -EPROTO;
+
+	res = json_loadb(answer, alen, 0, NULL);
+	if (!json_is_object(res)) {
+		json_decref(res);
+		return -EPROTO;
+	}
+	kvs = json_object_get(res, "kvs");
+	if (kvs == NULL || (json_is_array(kvs) && json_array_size(kvs) == 0)) {
+		json_decref(res);
+		return -ENOENT;
+	}
+	v = json_string_value(json_object_get(json_array_get(kvs, 0), "value"));
+	/* As large as the answer says: an engine may export thousands of
+	 * regions. */
+	cap = v != NULL ? strlen(v) / 4 * 3 + 4 : 0;
+	if (v != NULL)
+		val = malloc(cap);
+	if (val != NULL && b64_decode(v, val, cap) > 0)
+		d = json_loads(val, 0, NULL);
+	a = json_object_get(d, "addr");
+	if (json_is_string(a) && strlen(json_string_value(a)) < len &&
+	    kvt_parse_addr(json_string_value(a), &sa) == 0) {
+		snprintf(addr, len, "%s", json_string_value(a));
+		err = 0;
+	}
+	free(val);
+	json_decref(d);
+	json_decref(res);
+	return err;
+}
+
 int
 kvt_meta_resolve(const char *name, char *addr, size_t len, uint64_t deadline_us)
 {
-	char key[256], *k, *val = NULL;
-	json_t *req, *res, *kvs, *d = NULL, *a;
-	const char *v;
+	char key[256], *k, *text;
+	json_t *req, *res;
 	int err;
 
 	if (meta.nep == 0)
@@ -577,34 +622,16 @@ kvt_meta_resolve(const char *name, char *addr, size_t len, uint64_t deadline_us)
 		KVT_LOG(ERR, "peer %s: cannot ask etcd: %s", name, strerror(-err));
 		return err;
 	}
-	kvs = json_object_get(res, "kvs");
-	if (!json_is_array(kvs) || json_array_size(kvs) == 0) {
-		json_decref(res);
+	text = json_dumps(res, JSON_COMPACT);
+	json_decref(res);
+	if (text == NULL)
+		return -ENOMEM;
+	err = kvt_meta_parse_range(text, strlen(text), addr, len);
+	free(text);
+	if (err == -ENOENT)
 		KVT_LOG(ERR, "peer %s: not published in cluster %s", name,
 			kvt_eng->o.cluster);
-		return -ENOENT;
-	}
-	v = json_string_value(json_object_get(json_array_get(kvs, 0), "value"));
-	err = -EPROTO;
-	/* As large as the answer says: an engine may export thousands of
-	 * regions. */
-	if (v != NULL)
-		val = malloc(strlen(v) / 4 * 3 + 4);
-	if (val != NULL && b64_decode(v, val, strlen(v) / 4 * 3 + 4) > 0)
-		d = json_loads(val, 0, NULL);
-	free(val);
-	a = json_object_get(d, "addr");
-	if (json_is_string(a) && strlen(json_string_value(a)) < len) {
-		struct sockaddr_in sa;
-
-		if (kvt_parse_addr(json_string_value(a), &sa) == 0) {
-			snprintf(addr, len, "%s", json_string_value(a));
-			err = 0;
-		}
-	}
-	if (err < 0)
+	else if (err < 0)
 		KVT_LOG(ERR, "peer %s: its etcd descriptor is malformed", name);
-	json_decref(d);
-	json_decref(res);
 	return err;
 }

@@ -66,7 +66,6 @@ raw_ring_rate(double secs)
 	size_t sz = (size_t)rte_ring_get_memsize(65536);
 	struct raw w = { 0 };
 	void *objs[BURST];
-	unsigned long sent = 0;
 	pthread_t th;
 	double t0, el;
 
@@ -77,7 +76,7 @@ raw_ring_rate(double secs)
 	pthread_create(&th, NULL, raw_consumer, &w);
 	t0 = now_s();
 	while ((el = now_s() - t0) < secs)
-		sent += rte_ring_mp_enqueue_burst(w.r, objs, BURST, NULL);
+		rte_ring_mp_enqueue_burst(w.r, objs, BURST, NULL);
 	w.stop = 1;
 	pthread_join(th, NULL);
 	free(w.r);

@@ -49,7 +49,6 @@ RTE_LOG_REGISTER(tcp_logtype, kvt.pmd.tcp, NOTICE);
 		##__VA_ARGS__)
 
 #define TCP_MAX_PORTS 16
-#define TCP_MAX_FRAME (64u << 20)
 #define TCP_MAX_SOCKS 4096
 #define TCP_RESP_RING 256
 #define TCP_MAX_INFLIGHT (16u << 20)	/* bytes sent, not acked, per socket */
@@ -265,26 +264,6 @@ tcp_start(struct kvt_port *port)
 
 /* ---- sockets ---- */
 
-static void
-hdr_to_wire(struct tcp_hdr *h)
-{
-	h->status = (int32_t)rte_cpu_to_le_32((uint32_t)h->status);
-	h->addr = rte_cpu_to_le_64(h->addr);
-	h->aux = rte_cpu_to_le_64(h->aux);
-	h->len = rte_cpu_to_le_32(h->len);
-	h->seq = rte_cpu_to_le_32(h->seq);
-}
-
-static void
-hdr_from_wire(struct tcp_hdr *h)
-{
-	h->status = (int32_t)rte_le_to_cpu_32((uint32_t)h->status);
-	h->addr = rte_le_to_cpu_64(h->addr);
-	h->aux = rte_le_to_cpu_64(h->aux);
-	h->len = rte_le_to_cpu_32(h->len);
-	h->seq = rte_le_to_cpu_32(h->seq);
-}
-
 static struct tcp_sock *
 sock_add(struct tcp_port *tp, int fd, int server)
 {
@@ -443,7 +422,7 @@ sock_send(struct kvt_port *port, struct tcp_sock *s)
 	while ((d = s->txq) != NULL && s->inflight < TCP_MAX_INFLIGHT) {
 		frame_of(d, &h);
 		plen = h.type == F_WRITE || h.type == F_NOTIFY ? h.len : 0;
-		hdr_to_wire(&h);
+		tcp_hdr_to_wire(&h);
 		total = (uint32_t)sizeof(h) + plen;
 		if (s->tx_off < sizeof(h)) {
 			iov[0].iov_base = (uint8_t *)&h + s->tx_off;
@@ -507,15 +486,11 @@ serve_header(struct kvt_port *port, struct tcp_sock *s)
 	unsigned int tok;
 	int ok;
 
-	hdr_from_wire(h);
-	if (h->type == 0 || h->type >= F_MAX || (h->type % 2) == 0 ||
-	    h->len > TCP_MAX_FRAME)
+	tcp_hdr_from_wire(h);
+	if (tcp_request_check(h, &s->rx_left) < 0)
 		return -EPROTO;	/* not a request, or absurd: hang up */
-	s->rx_left = h->type == F_WRITE || h->type == F_NOTIFY ? h->len : 0;
 	s->rx_done = 0;
 	s->rx_status = 0;
-	if (h->type == F_NOTIFY && h->len > KVT_NOTIFY_MAX)
-		return -EPROTO;
 	if (h->type == F_WRITE) {
 		tok = kvt_target_begin();
 		ok = kvt_target_range(h->addr, h->len, KVT_MEM_REMOTE_WRITE) != NULL;
@@ -583,35 +558,12 @@ took_header(struct tcp_sock *s)
 		[KVT_DESC_FENCE] = F_FENCE_ACK, [KVT_DESC_NOTIFY] = F_NOTIFY_ACK,
 	};
 
-	hdr_from_wire(h);
-	if (d == NULL || d->op >= sizeof(want) || want[d->op] != h->type ||
-	    (h->type == F_READ_DATA && h->status == 0 && h->len != d->len) ||
-	    (h->type != F_READ_DATA && h->len != 0))
+	tcp_hdr_from_wire(h);
+	if (d == NULL || d->op >= sizeof(want) ||
+	    tcp_answer_check(h, want[d->op], d->len, &s->rx_left) < 0)
 		return -EPROTO;	/* not the answer to our oldest request */
-	s->rx_left = h->type == F_READ_DATA && h->status == 0 ? h->len : 0;
 	s->rx_done = 0;
 	return 0;
-}
-
-/*
- * The status a target may answer with (tcp_hdr.status); anything else
- * comes from a broken or lying peer and fails the request with -EPROTO,
- * so a forged -EINPROGRESS cannot leave it pending forever, nor a
- * positive value reach the application as a count.
- */
-static int
-wire_status(int32_t st)
-{
-	switch (st) {
-	case 0:
-	case -ERANGE:
-	case -ENOBUFS:
-	case -ENOTSUP:
-	case -EIO:
-		return st;
-	default:
-		return -EPROTO;
-	}
 }
 
 static void
@@ -625,7 +577,7 @@ took_frame(struct kvt_port *port, struct tcp_sock *s)
 	s->inflight -= d->len;
 	s->since = rte_get_tsc_cycles();
 	RTE_SET_USED(port);
-	kvt_desc_complete(d, wire_status(s->rh.status));
+	kvt_desc_complete(d, tcp_wire_status(s->rh.status));
 }
 
 /*
@@ -809,7 +761,7 @@ send_acks(struct tcp_sock *s)
 		if ((r->h.len != 0 && r->h.status == 0) || r->off != 0)
 			break;
 		h[n] = r->h;
-		hdr_to_wire(&h[n]);
+		tcp_hdr_to_wire(&h[n]);
 		n++;
 	}
 	if (n == 0)
@@ -851,7 +803,7 @@ sock_respond(struct tcp_sock *s)
 		r = &s->resp[s->resp_head % TCP_RESP_RING];
 		h = r->h;
 		total = (uint32_t)sizeof(h) + (r->h.status == 0 ? r->h.len : 0);
-		hdr_to_wire(&h);
+		tcp_hdr_to_wire(&h);
 		tok = kvt_target_begin();
 		if (r->h.len > 0 && r->h.status == 0) {
 			p = kvt_target_range(r->src, r->h.len, KVT_MEM_REMOTE_READ);

@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #define TCP_HELLO_MAGIC 0x4b565444u	/* "KVTD" */
+#define TCP_MAX_FRAME (64u << 20)	/* payload of one frame */
 #define TCP_HELLO_VERSION 1u
 
 /* Requests are odd, their answers the next even number. */
@@ -53,5 +54,29 @@ struct tcp_ep {
 	uint8_t prefix;
 	uint8_t rsvd;
 };
+
+/* Byte order of a header, in place. */
+void tcp_hdr_to_wire(struct tcp_hdr *h);
+void tcp_hdr_from_wire(struct tcp_hdr *h);
+
+/*
+ * Target: is h (host order) a request we serve?  *payload: the bytes
+ * that follow it.  @return 0, or -EPROTO (hang up).
+ */
+int tcp_request_check(const struct tcp_hdr *h, uint32_t *payload);
+
+/*
+ * Initiator: is h (host order) the answer of type want to a request of
+ * len bytes?  *payload: the bytes that follow it.  @return 0 or -EPROTO.
+ */
+int tcp_answer_check(const struct tcp_hdr *h, uint8_t want, uint32_t len,
+		     uint32_t *payload);
+
+/*
+ * The request's outcome from an answer's status: 0, or one of the errors
+ * a target may answer with; anything else (a broken or lying peer: a
+ * forged -EINPROGRESS, a positive count) is -EPROTO.
+ */
+int tcp_wire_status(int32_t status);
 
 #endif
