@@ -1,0 +1,354 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * Stress tests for the lock-free parts, in the spirit of DPDK's
+ * test_ring_stress and test_rcu_qsbr: several threads, millions of
+ * operations, and an invariant checked on every one.
+ *   rcu      a reader never sees an object its writer freed;
+ *   overlap  two claims that overlap are never both held;
+ *   inbox    every notification arrives exactly once;
+ *   stripe   concurrent picks lose no byte and follow the rates.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <criterion/criterion.h>
+
+#include "kvt.h"
+#include "kvt_private.h"
+#include "test_common.h"
+
+#include <rte_pause.h>
+
+#define THREADS 3
+
+static volatile int stop;
+
+/* Worker threads record the first broken invariant here (Criterion's
+ * assertions belong to the test's own thread) and everyone stops. */
+static char failure[256];
+static int failed;
+
+#define FAIL(...) do {							\
+	if (__atomic_exchange_n(&failed, 1, __ATOMIC_ACQ_REL) == 0)	\
+		snprintf(failure, sizeof(failure), __VA_ARGS__);	\
+	__atomic_store_n(&stop, 1, __ATOMIC_RELEASE);			\
+} while (0)
+
+static void
+check_workers(void)
+{
+	cr_assert_eq(__atomic_load_n(&failed, __ATOMIC_ACQUIRE), 0, "%s", failure);
+}
+
+/* ---- rcu ---- */
+
+struct gen {
+	uint64_t alive;		/* 0xa11ce while published or readable */
+	uint64_t n;
+};
+
+static struct gen *published;
+static unsigned int readers_up;
+
+static void *
+rcu_reader(void *arg)
+{
+	uint64_t *reads = arg, last = 0;
+	struct gen *g;
+	unsigned int tok, k;
+
+	__atomic_fetch_add(&readers_up, 1, __ATOMIC_RELEASE);
+	while (!__atomic_load_n(&stop, __ATOMIC_ACQUIRE)) {
+		tok = kvt_rcu_read_lock();
+		g = __atomic_load_n(&published, __ATOMIC_ACQUIRE);
+		/* Look twice, a moment apart: the window a writer that did not
+		 * wait for us would free the object in. */
+		if (g->alive != 0xa11ce)
+			FAIL("a reader saw object %" PRIu64 " retired", g->n);
+		for (k = 0; k < 64; k++)
+			rte_pause();
+		if (g->alive != 0xa11ce)
+			FAIL("object %" PRIu64 " was retired under a reader", g->n);
+		if (g->n < last)
+			FAIL("generations went back: %" PRIu64 " after %" PRIu64,
+				 g->n, last);
+		last = g->n;
+		kvt_rcu_read_unlock(tok);
+		(*reads)++;
+	}
+	return NULL;
+}
+
+Test(stress, rcu_readers_never_see_freed, .timeout = 120)
+{
+	pthread_t th[THREADS];
+	uint64_t reads[THREADS] = { 0 }, total = 0;
+	struct gen *g, *old;
+	unsigned int i;
+
+	published = calloc(1, sizeof(*published));
+	published->alive = 0xa11ce;
+	for (i = 0; i < THREADS; i++)
+		pthread_create(&th[i], NULL, rcu_reader, &reads[i]);
+	while (__atomic_load_n(&readers_up, __ATOMIC_ACQUIRE) < THREADS)
+		usleep(1000);
+	for (i = 1; i <= 3000 && !failed; i++) {
+		g = malloc(sizeof(*g));
+		g->alive = 0xa11ce;
+		g->n = i;
+		old = __atomic_exchange_n(&published, g, __ATOMIC_ACQ_REL);
+		kvt_rcu_synchronize();
+		/* No reader may still hold it: poison, then free. */
+		old->alive = 0xdead;
+		free(old);
+	}
+	__atomic_store_n(&stop, 1, __ATOMIC_RELEASE);
+	for (i = 0; i < THREADS; i++) {
+		pthread_join(th[i], NULL);
+		total += reads[i];
+	}
+	check_workers();
+	cr_log_info("rcu: 3000 replacements, %" PRIu64 " reads", total);
+	cr_assert_gt(total, 100000, "the readers hardly ran");
+	free(published);
+}
+
+/* ---- overlap ---- */
+
+#define CELLS 4096		/* the region, in 64-byte cells */
+#define CELL 64
+
+static struct kvt_claims *claims;
+static uint8_t owner[CELLS];	/* who holds a cell: 0 free, else thread + 1 */
+
+struct ov_arg {
+	unsigned int id;
+	uint64_t taken, refused;
+};
+
+static void *
+overlap_worker(void *arg)
+{
+	struct ov_arg *a = arg;
+	unsigned int seed = a->id * 7919 + 1, i, k, n, lo, len;
+	struct kvt_range r[3];
+	struct kvt_claim c;
+	uint8_t want;
+
+	for (i = 0; i < 300000 && !__atomic_load_n(&stop, __ATOMIC_ACQUIRE); i++) {
+		/* One to three sorted, disjoint ranges. */
+		n = 1 + rand_r(&seed) % 3;
+		lo = rand_r(&seed) % (CELLS / 2);
+		for (k = 0; k < n; k++) {
+			len = 1 + rand_r(&seed) % 16;
+			if (lo + len > CELLS)
+				break;
+			r[k] = (struct kvt_range){ .lo = (uint64_t)lo * CELL,
+						   .hi = (uint64_t)(lo + len) * CELL };
+			lo += len + 1 + rand_r(&seed) % 64;
+		}
+		n = k;
+		if (n == 0)
+			continue;
+		if (kvt_claim_take(claims, &c, r, n) != 0) {
+			a->refused++;
+			continue;
+		}
+		a->taken++;
+		/* Held: every cell is ours alone. */
+		for (k = 0; k < n; k++)
+			for (lo = (unsigned int)(r[k].lo / CELL); lo < r[k].hi / CELL; lo++) {
+				want = 0;
+				if (!__atomic_compare_exchange_n(&owner[lo], &want,
+								 (uint8_t)(a->id + 1), false,
+								 __ATOMIC_ACQ_REL,
+								 __ATOMIC_ACQUIRE))
+					FAIL("cell %u claimed twice (by %u and %u)", lo,
+					     want - 1, a->id);
+			}
+		for (k = 0; k < n; k++)
+			for (lo = (unsigned int)(r[k].lo / CELL); lo < r[k].hi / CELL; lo++)
+				__atomic_store_n(&owner[lo], 0, __ATOMIC_RELEASE);
+		kvt_claim_drop(&c);
+	}
+	return NULL;
+}
+
+Test(stress, overlap_claims_exclusive, .timeout = 120)
+{
+	struct ov_arg a[THREADS];
+	pthread_t th[THREADS];
+	struct kvt_range r = { .lo = 0, .hi = CELLS * CELL };
+	struct kvt_claim c;
+	uint64_t taken = 0, refused = 0;
+	unsigned int i;
+
+	claims = kvt_claims_new();
+	for (i = 0; i < THREADS; i++) {
+		a[i] = (struct ov_arg){ .id = i };
+		pthread_create(&th[i], NULL, overlap_worker, &a[i]);
+	}
+	for (i = 0; i < THREADS; i++) {
+		pthread_join(th[i], NULL);
+		taken += a[i].taken;
+		refused += a[i].refused;
+	}
+	check_workers();
+	cr_log_info("overlap: %" PRIu64 " claims held, %" PRIu64 " refused", taken,
+		    refused);
+	cr_assert_gt(taken, 100000);
+	/* Nothing left behind: the whole region can be claimed now. */
+	cr_assert_eq(kvt_claim_take(claims, &c, &r, 1), 0, "a claim was not dropped");
+	kvt_claim_drop(&c);
+	kvt_claims_free(claims);
+}
+
+/* ---- the notification inbox ---- */
+
+#define MSGS 1000000u
+
+struct msg {
+	uint32_t producer;
+	uint32_t n;
+};
+
+static struct kvt_inbox *inbox;
+static uint8_t *seen;	/* [producer][n] */
+
+static void *
+producer(void *arg)
+{
+	struct msg m = { .producer = (uint32_t)(uintptr_t)arg };
+
+	for (m.n = 0; m.n < MSGS && !__atomic_load_n(&stop, __ATOMIC_ACQUIRE); m.n++)
+		while (kvt_inbox_push(inbox, &m, sizeof(m)) == -ENOBUFS &&
+		       !__atomic_load_n(&stop, __ATOMIC_ACQUIRE))
+			;
+	return NULL;
+}
+
+static void *
+consumer(void *arg)
+{
+	struct kvt_notify_msg out[16];
+	uint64_t *got = arg;
+	struct msg m;
+	int n, i;
+
+	while (__atomic_load_n(got, __ATOMIC_RELAXED) < 2 * MSGS &&
+	       !__atomic_load_n(&stop, __ATOMIC_ACQUIRE)) {
+		n = kvt_notify_poll(out, 16);
+		for (i = 0; i < n; i++) {
+			if (out[i].len != sizeof(m))
+				FAIL("a message of %u bytes", out[i].len);
+			memcpy(&m, out[i].data, sizeof(m));
+			if (m.producer > 1 || m.n >= MSGS ||
+			    __atomic_fetch_add(&seen[m.producer * MSGS + m.n], 1,
+					       __ATOMIC_RELAXED) != 0)
+				FAIL("message %u/%u delivered twice or forged",
+					 m.producer, m.n);
+		}
+		__atomic_fetch_add(got, (uint64_t)n, __ATOMIC_RELAXED);
+	}
+	return NULL;
+}
+
+Test(stress, inbox_exactly_once, .timeout = 300)
+{
+	pthread_t pr[2], co[2];
+	uint64_t got = 0;
+	size_t sz = kvt_inbox_size(256);
+	unsigned int i;
+
+	cr_assert_geq(tc_engine_init("--kvt-pmd null"), 0);
+	inbox = aligned_alloc(64, (sz + 63) & ~(size_t)63);
+	seen = calloc(2, MSGS);
+	kvt_inbox_init(inbox, 256);
+	cr_assert_eq(kvt_inbox_attach(inbox, "stress"), 0);
+	for (i = 0; i < 2; i++) {
+		pthread_create(&co[i], NULL, consumer, &got);
+		pthread_create(&pr[i], NULL, producer, (void *)(uintptr_t)i);
+	}
+	for (i = 0; i < 2; i++)
+		pthread_join(pr[i], NULL);
+	/* Everything pushed must come out (bounded wait). */
+	{
+		uint64_t t0 = tc_now_us();
+
+		while (__atomic_load_n(&got, __ATOMIC_RELAXED) < 2 * MSGS &&
+		       tc_now_us() - t0 < 30000000)
+			usleep(1000);
+	}
+	__atomic_store_n(&stop, 1, __ATOMIC_RELEASE);
+	for (i = 0; i < 2; i++)
+		pthread_join(co[i], NULL);
+	check_workers();
+	cr_assert_eq(got, 2 * MSGS, "%" PRIu64 " of %u messages arrived", got, 2 * MSGS);
+	for (i = 0; i < 2 * MSGS; i++)
+		cr_assert_eq(seen[i], 1, "message %u/%u lost", i / MSGS, i % MSGS);
+	kvt_inbox_detach(inbox);
+	kvt_fini();
+	free(seen);
+	free(inbox);
+}
+
+/* ---- striping ---- */
+
+static void *
+picker(void *arg)
+{
+	uint64_t *bytes = arg;
+	unsigned int i;
+
+	for (i = 0; i < 1000000; i++) {
+		kvt_stripe_pick(0x7, 4096, i);
+		*bytes += 4096;
+	}
+	return NULL;
+}
+
+Test(stress, stripe_picks_follow_rates, .timeout = 120)
+{
+	static const uint64_t rate[3] = { 100, 200, 400 };
+	uint64_t bytes[THREADS] = { 0 }, total = 0, sum = 0;
+	pthread_t th[THREADS];
+	struct kvt_port *p;
+	unsigned int i;
+	double share;
+
+	cr_assert_geq(tc_engine_init("--kvt-pmd null,ports=3"), 0);
+	cr_assert_eq(kvt_port_count(), 3);
+	for (i = 0; i < 3; i++) {
+		p = kvt_eng->ports[i];
+		p->rate_bpus = rate[i];
+		p->inflight_bytes = 0;
+	}
+	for (i = 0; i < THREADS; i++)
+		pthread_create(&th[i], NULL, picker, &bytes[i]);
+	for (i = 0; i < THREADS; i++) {
+		pthread_join(th[i], NULL);
+		total += bytes[i];
+	}
+	for (i = 0; i < 3; i++)
+		sum += kvt_eng->ports[i]->inflight_bytes;
+	cr_assert_eq(sum, total, "picks lost bytes: %" PRIu64 " of %" PRIu64, sum, total);
+	/* Each port's share of the bytes follows its rate (1:2:4), give or
+	 * take the 1/64 of picks that probe round-robin. */
+	for (i = 0; i < 3; i++) {
+		share = (double)kvt_eng->ports[i]->inflight_bytes / (double)total;
+		cr_log_info("port %u (rate %" PRIu64 "): %.3f of the bytes", i, rate[i], share);
+		cr_assert(share > rate[i] / 700.0 - 0.03 && share < rate[i] / 700.0 + 0.03,
+			  "port %u took %.3f, its rate says %.3f", i, share, rate[i] / 700.0);
+	}
+	/* The lcores may take their settled bytes off meanwhile: none here,
+	 * the null port saw no slice. */
+	for (i = 0; i < 3; i++)
+		kvt_eng->ports[i]->inflight_bytes = 0;
+	kvt_fini();
+}
