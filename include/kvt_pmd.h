@@ -261,7 +261,10 @@ void kvt_desc_complete(struct kvt_desc *d, int err);
 /**
  * CPU-driven ports: carry out a DONE descriptor (after everything queued
  * before it on the connection completed).  A DONE is honoured even on a
- * dead connection: it is a local store.
+ * dead connection: it is a local store.  It is also the descriptor's end:
+ * the application may reuse the submission's memory as soon as it sees
+ * the store, so the port must not touch the descriptor again (no
+ * kvt_desc_complete() for it).
  */
 static inline void
 kvt_desc_store_done(const struct kvt_desc *d)

@@ -109,6 +109,23 @@ struct kvt_lcore {
 #define KVT_DF_EMBEDDED 0x01	/* not from the mempool */
 #define KVT_DF_RETRY 0x02	/* waiting for room at the peer */
 
+/*
+ * ThreadSanitizer cannot see that an rte_ring hands what a thread wrote
+ * before an enqueue to the thread that dequeues (DPDK's ring orders with
+ * barriers, not C11 atomics).  The ring is the synchronisation object:
+ * producers release on it before they enqueue, its consumer acquires
+ * after a dequeue.  Nothing is compiled outside TSan builds.
+ */
+#if defined(__SANITIZE_THREAD__)
+void __tsan_acquire(void *addr);
+void __tsan_release(void *addr);
+#define KVT_TSAN_RELEASE(p) __tsan_release((void *)(p))
+#define KVT_TSAN_ACQUIRE(p) __tsan_acquire((void *)(p))
+#else
+#define KVT_TSAN_RELEASE(p) do { } while (0)
+#define KVT_TSAN_ACQUIRE(p) do { } while (0)
+#endif
+
 int kvt_ports_probe(void);
 /* --kvt-topo: is the file there, JSON, and shaped as documented?  NIC
  * names are checked later, by the transports that have NICs. */

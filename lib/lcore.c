@@ -87,6 +87,7 @@ kvt_lcore_enqueue(unsigned int lcore_id, struct kvt_desc **d, unsigned int n)
 {
 	struct kvt_lcore *lc = lcore_by_id[lcore_id];
 
+	KVT_TSAN_RELEASE(lc->ring);
 	return rte_ring_mp_enqueue_burst(lc->ring, (void **)d, n, NULL);
 }
 
@@ -222,6 +223,7 @@ lcore_main(void *arg)
 		n = rte_ring_sc_dequeue_burst(lc->ring, (void **)burst,
 					      KVT_BURST, NULL);
 		if (n != 0) {
+			KVT_TSAN_ACQUIRE(lc->ring);
 			dispatch(burst, n);
 			work += n;
 		}
@@ -246,6 +248,8 @@ lcore_main(void *arg)
 			idle_wait(o);
 	}
 	__atomic_store_n(&lc->running, 0, __ATOMIC_RELEASE);
+	/* EAL's wait for a finished lcore is invisible to TSan. */
+	KVT_TSAN_RELEASE(lc);
 	return 0;
 }
 
@@ -303,6 +307,7 @@ drain_ring(struct kvt_lcore *lc)
 	struct kvt_desc *d;
 
 	while (rte_ring_sc_dequeue(lc->ring, (void **)&d) == 0) {
+		KVT_TSAN_ACQUIRE(lc->ring);
 		if (d->op == KVT_DESC_CALL)
 			run_call(d);
 		else
@@ -334,6 +339,7 @@ kvt_lcores_stop(void)
 		if (lc->ring == NULL)
 			continue;
 		rte_eal_wait_lcore(lc->id);
+		KVT_TSAN_ACQUIRE(lc);
 		drain_ring(lc);
 	}
 }
@@ -375,6 +381,7 @@ kvt_port_call(struct kvt_port *port, int (*fn)(struct kvt_port *, void *),
 	c->fn = fn;
 	c->arg = arg;
 	d = &c->d;
+	KVT_TSAN_RELEASE(lc->ring);
 	if (rte_ring_mp_enqueue(lc->ring, d) != 0) {
 		free(c);
 		return -ENOBUFS;

@@ -50,9 +50,12 @@ null_submit(struct kvt_port *port, struct kvt_desc **d, unsigned int n)
 
 	RTE_SET_USED(port);
 	for (i = 0; i < n; i++) {
+		/* After the done store the submission may be reused: not a
+		 * byte of it is read again. */
 		if (d[i]->op == KVT_DESC_DONE)
 			kvt_desc_store_done(d[i]);
-		kvt_desc_complete(d[i], 0);
+		else
+			kvt_desc_complete(d[i], 0);
 	}
 }
 

@@ -109,10 +109,6 @@ shm_do(struct kvt_port *port, struct kvt_desc *d)
 	const struct shm_rmap *rmap;
 	uint8_t *at;
 
-	if (d->op == KVT_DESC_DONE) {
-		kvt_desc_store_done(d);
-		return 0;
-	}
 	if (__atomic_load_n(&d->conn->dead, __ATOMIC_ACQUIRE))
 		return -ECONNRESET;
 	if (d->op == KVT_DESC_NOTIFY)
@@ -146,8 +142,14 @@ shm_submit(struct kvt_port *port, struct kvt_desc **d, unsigned int n)
 {
 	unsigned int i;
 
-	for (i = 0; i < n; i++)
-		kvt_desc_complete(d[i], shm_do(port, d[i]));
+	for (i = 0; i < n; i++) {
+		/* Once the done word is stored the submission may be reused:
+		 * a DONE descriptor is not touched after its store. */
+		if (d[i]->op == KVT_DESC_DONE)
+			kvt_desc_store_done(d[i]);
+		else
+			kvt_desc_complete(d[i], shm_do(port, d[i]));
+	}
 }
 
 static unsigned int
