@@ -46,13 +46,16 @@ kvt_buf_free(struct kvt_buf *b)
 uint64_t
 kvt_now_us(void)
 {
-	static uint64_t hz;
+	static uint64_t hz_cache;	/* any thread may fill it: atomic */
+	uint64_t hz = __atomic_load_n(&hz_cache, __ATOMIC_RELAXED);
 	struct timespec ts;
 
 	/* The TSC keeps the hot path free of clock system calls; before EAL
 	 * measured its rate, fall back to the monotonic clock. */
-	if (hz == 0)
+	if (hz == 0) {
 		hz = rte_get_tsc_hz();
+		__atomic_store_n(&hz_cache, hz, __ATOMIC_RELAXED);
+	}
 	if (hz != 0)
 		return (uint64_t)((__uint128_t)rte_get_tsc_cycles() * 1000000 /
 				  hz);

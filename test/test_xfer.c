@@ -581,10 +581,14 @@ Test(xfer, peer_killed_mid_batch, .timeout = 120)
 		ok += st == 0;
 		lost += st != 0;
 	}
+	/* shm writes are one-sided, into memory the dead process shared:
+	 * requests may land until the loss is seen, however late that is on
+	 * a loaded box (so no count is asserted; test_tcp asserts failures,
+	 * where a dead peer cannot acknowledge). */
 	cr_log_info("before the loss was seen %u requests landed, %u failed", ok, lost);
-	/* 512 MiB cannot all land in the moment the loss takes to be seen:
-	 * the rest must have failed, not hung and not passed as done. */
-	cr_assert_gt(lost, 0, "every request of a killed peer succeeded");
+	/* The control thread sees the loss within a moment (bounded). */
+	while (kvt_peer_state(pv) == 0 && tc_now_us() - t0 < 2000000)
+		usleep(1000);
 	cr_assert_eq(kvt_peer_state(pv), -ECONNRESET);
 	cr_assert_eq(kvt_submit(b, pv, x, 1, NULL), -ECONNRESET);
 	/* The other peer does not notice. */

@@ -126,6 +126,27 @@ struct tcp_port {
 	uint8_t scratch[65536];	/* discarded payload */
 };
 
+/*
+ * A connection's socket list belongs to the lcore; the control thread
+ * only reads how many sockets it has (to redial), so the count is
+ * published with an atomic store.
+ */
+static void
+conn_sock_add(struct tcp_conn *c, struct tcp_sock *s)
+{
+	c->socks[c->nsocks] = s;
+	__atomic_store_n(&c->nsocks, c->nsocks + 1, __ATOMIC_RELEASE);
+}
+
+static void
+conn_sock_del(struct tcp_conn *c, unsigned int i)
+{
+	unsigned int n = c->nsocks - 1;
+
+	c->socks[i] = c->socks[n];
+	__atomic_store_n(&c->nsocks, n, __ATOMIC_RELEASE);
+}
+
 /* Every port of this PMD, for pairing ports with endpoints (probe and
  * remove run on the control path, before and after any pairing). */
 static struct tcp_port *tcp_ports[TCP_MAX_PORTS];
@@ -343,7 +364,7 @@ sock_close(struct kvt_port *port, struct tcp_sock *s, int err)
 	if (c != NULL) {
 		for (i = 0; i < c->nsocks; i++)
 			if (c->socks[i] == s)
-				c->socks[i] = c->socks[--c->nsocks];
+				conn_sock_del(c, i);
 		/* No socket left: new slices go to other links until the
 		 * control thread dials this one again. */
 		if (c->nsocks == 0 && !c->c.accepted)
@@ -867,10 +888,10 @@ sock_auth(struct kvt_port *port, struct tcp_sock *s)
 		if (c->nsocks == RTE_DIM(c->socks)) {
 			c->socks[0]->conn = NULL;
 			sock_close(port, c->socks[0], -ECONNRESET);
-			c->socks[0] = c->socks[--c->nsocks];
+			conn_sock_del(c, 0);
 		}
 		s->conn = c;
-		c->socks[c->nsocks++] = s;
+		conn_sock_add(c, s);
 		s->authed = 1;
 		return 1;
 	}
@@ -1220,7 +1241,7 @@ attach_socks(struct kvt_port *port, void *arg)
 		if (s == NULL)
 			return -ENOMEM;
 		s->conn = a->c;
-		a->c->socks[a->c->nsocks++] = s;
+		conn_sock_add(a->c, s);
 		a->fds[i] = -1;
 	}
 	return 0;
@@ -1356,7 +1377,8 @@ detach_conn(struct kvt_port *port, void *arg)
 	struct tcp_sock *s;
 
 	while (c->nsocks > 0) {
-		s = c->socks[--c->nsocks];
+		s = c->socks[c->nsocks - 1];
+		conn_sock_del(c, c->nsocks - 1);
 		s->conn = NULL;
 		sock_close(port, s, -ECONNRESET);
 	}
@@ -1459,7 +1481,7 @@ tcp_stop(struct kvt_port *port)
 		c = s->conn;
 		for (i = 0; c != NULL && i < c->nsocks; i++)
 			if (c->socks[i] == s)
-				c->socks[i] = c->socks[--c->nsocks];
+				conn_sock_del(c, i);
 		s->conn = NULL;
 		sock_close(port, s, -ECANCELED);
 	}
