@@ -436,7 +436,8 @@ sess_read(struct kvt_session *s)
 				return -ECONNRESET;
 			break;
 		}
-		s->last_rx_us = kvt_now_us();
+		/* Read by the lcores (kvt_conn_heard_us). */
+		__atomic_store_n(&s->last_rx_us, kvt_now_us(), __ATOMIC_RELAXED);
 		if (kvt_buf_put(&s->rx, tmp, (size_t)n) < 0)
 			return -ENOMEM;
 		ret = sess_parse(s);
@@ -485,7 +486,8 @@ accept_sessions(void)
 		setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 		s->fd = fd;
 		s->info.ctl_addr = ss;
-		s->opened_us = s->last_rx_us = kvt_now_us();
+		s->opened_us = kvt_now_us();
+		__atomic_store_n(&s->last_rx_us, s->opened_us, __ATOMIC_RELAXED);
 		ev.data.ptr = s;
 		if (epoll_ctl(ctl_epfd, EPOLL_CTL_ADD, fd, &ev) != 0) {
 			close(fd);
@@ -621,7 +623,9 @@ peer_read(struct kvt_peer *p)
 			break;
 		switch (type) {
 		case KVT_W_PONG:
-			p->last_pong_us = kvt_now_us();
+			/* Read by the lcores (kvt_conn_heard_us). */
+			__atomic_store_n(&p->last_pong_us, kvt_now_us(),
+					 __ATOMIC_RELAXED);
 			break;
 		case KVT_W_REGION_ADD:
 		case KVT_W_REGION_DEL:
@@ -665,7 +669,8 @@ kvt_ctl_adopt_peer(struct kvt_peer *p)
 
 	/* Peers are told from sessions by the low pointer bit. */
 	ev.data.u64 = (uintptr_t)p | 1;
-	p->last_pong_us = p->last_ping_us = kvt_now_us();
+	p->last_ping_us = kvt_now_us();
+	__atomic_store_n(&p->last_pong_us, p->last_ping_us, __ATOMIC_RELAXED);
 	if (epoll_ctl(ctl_epfd, EPOLL_CTL_ADD, p->fd, &ev) != 0)
 		return -errno;
 	wake_ctl();

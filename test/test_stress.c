@@ -17,7 +17,11 @@
 #include <string.h>
 #include <unistd.h>
 
+#ifdef KVT_TEST_LITE
+#include "lite.h"
+#else
 #include <criterion/criterion.h>
+#endif
 
 #include "kvt.h"
 #include "kvt_private.h"
