@@ -189,6 +189,91 @@ Test(rdma, no_device, .fini = rails_fini)
 	cr_assert_eq(tc_engine_init(OPTS), -ENODEV);
 }
 
+/*
+ * The double with soft-RoCE's limits (a 32 767-entry CQ at most, 8 MiB
+ * messages, 1024-byte MTU): the transport starts on both rails and moves
+ * 16 MiB slices, each split into work requests the port accepts.  With
+ * the CQ size fixed at 65 536, no port started here.
+ */
+Test(rdma, rxe_limits, .timeout = 120, .fini = rails_fini)
+{
+	static const uint64_t sizes[] = { 1, 4097, 8 * MiB, 8 * MiB + 1, 16 * MiB };
+	struct vd_rail *r0, *r1;
+	struct tc_peer t;
+	struct kvt_peer *p;
+	uint64_t base, ft, req0;
+	uint8_t *src;
+
+	rails("rxe0,rxe1");
+	setenv("KVT_VDOUBLE_PROFILE", "rxe", 1);
+	r0 = vd_rail("rxe0");
+	r1 = vd_rail("rxe1");
+	cr_assert_geq(tc_engine_init(OPTS " --kvt-slice 16M"), 0);
+	cr_assert_eq(kvt_port_count(), 2, "rdma ports on rxe: %u",
+		     kvt_port_count());
+	cr_assert_eq(tc_peer_start(&t, OPTS " --kvt-slice 16M"), 0);
+	src = malloc(16 * MiB + 64);
+	cr_assert_not_null(kvt_mem_register(src, 16 * MiB + 64, NULL, 0));
+	base = tc_peer_u64(&t, 0, "alloc 0 %" PRIu64 " rw", 16 * MiB + 64);
+	ft = tc_peer_u64(&t, 0, "fence 4");
+	p = tc_open_peer(&t);
+	req0 = r0->requests + r1->requests;
+	tc_sizes_both_ways(&t, p, src, base, sizes,
+			   sizeof(sizes) / sizeof(sizes[0]), 30000000);
+	/* 8 MiB + 1 and 16 MiB slices became two work requests each, both
+	 * ways: more requests than slices. */
+	cr_assert_gt(r0->requests + r1->requests - req0, 2 * 5 + 2 * 3);
+	tc_fence_then_note(&t, p, src, base, 9 * MiB, ft);
+	kvt_peer_close(p);
+	tc_peer_stop(&t);
+	kvt_fini();
+	free(src);
+	unsetenv("KVT_VDOUBLE_PROFILE");
+}
+
+/*
+ * Limits below what kvt asks for: a QP with 8 inline bytes still carries
+ * fences and small writes; a region larger than max_mr_size is not
+ * carried by that NIC (ENOTSUP, said in the log) and the engine goes on;
+ * messages too short for the slice size keep the port from starting,
+ * with the reason.
+ */
+Test(rdma, small_device_limits, .timeout = 120, .fini = rails_fini)
+{
+	static const uint64_t sizes[] = { 1, 8, 9, 64, 4096 };
+	struct tc_peer t;
+	struct kvt_peer *p;
+	uint64_t base, ft;
+	uint8_t *src, *big;
+
+	rails("mlx5_0");
+	setenv("KVT_VDOUBLE_LIMITS", "inline=8,mr=4194304", 1);
+	cr_assert_geq(tc_engine_init(OPTS), 0);
+	cr_assert_eq(kvt_port_count(), 1);
+	cr_assert_eq(tc_peer_start(&t, OPTS), 0);
+	src = malloc(MiB);
+	big = malloc(8 * MiB);
+	cr_assert_not_null(kvt_mem_register(src, MiB, NULL, 0));
+	cr_assert_null(kvt_mem_register(big, 8 * MiB, NULL, 0));
+	cr_assert_eq(rte_errno, ENOTSUP);
+	base = tc_peer_u64(&t, 0, "alloc 0 %" PRIu64 " rw", MiB);
+	ft = tc_peer_u64(&t, 0, "fence 4");
+	p = tc_open_peer(&t);
+	tc_sizes_both_ways(&t, p, src, base, sizes,
+			   sizeof(sizes) / sizeof(sizes[0]), 30000000);
+	tc_fence_then_note(&t, p, src, base, 4096, ft);
+	kvt_peer_close(p);
+	tc_peer_stop(&t);
+	kvt_fini();
+
+	/* 64 KiB messages, 16 MiB slices: 256 work requests a slice. */
+	setenv("KVT_VDOUBLE_LIMITS", "msg=65536", 1);
+	cr_assert_eq(tc_engine_init(OPTS " --kvt-slice 16M"), -ENODEV);
+	unsetenv("KVT_VDOUBLE_LIMITS");
+	free(big);
+	free(src);
+}
+
 Test(rdma, data_fence_notify, .timeout = 120, .fini = rails_fini)
 {
 	static const uint64_t sizes[] = { 1, 60, 4095, 65536, MiB + 7, 16 * MiB };

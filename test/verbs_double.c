@@ -28,6 +28,8 @@
 
 #include "verbs_double.h"
 
+#define VD_MIN(a, b) ((uint64_t)(a) < (uint64_t)(b) ? (uint64_t)(a) : (uint64_t)(b))
+
 #undef ibv_reg_mr
 #undef ibv_query_port
 
@@ -36,6 +38,66 @@
 #define VD_MAX_QPS 1024
 #define VD_RQ 64
 #define VD_INLINE 256
+
+/*
+ * Device limits, enforced the way a device does: a CQ, QP or MR past a
+ * limit is refused with EINVAL, a request longer than the port's
+ * max_msg_sz is refused at post.  KVT_VDOUBLE_PROFILE picks the values:
+ *   rxe  Linux soft-RoCE in 6.1 (read with ibv_devinfo -v in the rxe
+ *        guests of scripts/rxe-vm; inline from its WQE size)
+ *   cx7  ConnectX-7 (the default; inline is what mlx5 grants a QP of
+ *        this shape, rounded down)
+ * and KVT_VDOUBLE_LIMITS="cqe=N,qp_wr=N,sge=N,inline=N,mr=N,rd_atom=N,
+ * init_rd_atom=N,msg=N,mtu=N" (mtu: enum ibv_mtu) overrides any of them.
+ */
+struct vd_limits {
+	uint64_t cqe, qp_wr, sge, inl, mr, rd_atom, init_rd_atom, msg, mtu;
+};
+
+static const struct vd_limits vd_rxe = {
+	.cqe = 32767, .qp_wr = 1048576, .sge = 32, .inl = 256,
+	.mr = UINT64_MAX, .rd_atom = 128, .init_rd_atom = 128,
+	.msg = 8 << 20, .mtu = IBV_MTU_1024,
+};
+static const struct vd_limits vd_cx7 = {
+	.cqe = 4194303, .qp_wr = 32768, .sge = 30, .inl = 256,
+	.mr = UINT64_MAX, .rd_atom = 16, .init_rd_atom = 16,
+	.msg = 1 << 30, .mtu = IBV_MTU_4096,
+};
+
+static struct vd_limits lim;
+static int lim_ready;
+
+static const struct vd_limits *
+limits(void)
+{
+	static const char *const keys[] = { "cqe", "qp_wr", "sge", "inline",
+		"mr", "rd_atom", "init_rd_atom", "msg", "mtu" };
+	const char *prof = getenv("KVT_VDOUBLE_PROFILE");
+	const char *over = getenv("KVT_VDOUBLE_LIMITS");
+	uint64_t *field = &lim.cqe;
+	char buf[256], *tok, *save, *eq;
+	unsigned int k;
+
+	if (lim_ready)
+		return &lim;
+	lim = prof != NULL && strcmp(prof, "rxe") == 0 ? vd_rxe : vd_cx7;
+	if (over != NULL) {
+		snprintf(buf, sizeof(buf), "%s", over);
+		for (tok = strtok_r(buf, ",", &save); tok != NULL;
+		     tok = strtok_r(NULL, ",", &save)) {
+			eq = strchr(tok, '=');
+			if (eq == NULL)
+				continue;
+			*eq = '\0';
+			for (k = 0; k < sizeof(keys) / sizeof(keys[0]); k++)
+				if (strcmp(tok, keys[k]) == 0)
+					field[k] = strtoull(eq + 1, NULL, 0);
+		}
+	}
+	lim_ready = 1;
+	return &lim;
+}
 
 /* Responder state of one queue pair, in the shared table. */
 struct vd_rqp {
@@ -273,6 +335,9 @@ ibv_open_device(struct ibv_device *device)
 {
 	struct vd_dev *d = (struct vd_dev *)device;
 
+	/* The limits are read again for every device opened: a test may
+	 * change them between engines. */
+	lim_ready = 0;
 	if (table_mine() == NULL) {
 		errno = ENODEV;
 		return NULL;
@@ -299,9 +364,12 @@ ibv_query_device(struct ibv_context *ctx, struct ibv_device_attr *a)
 {
 	(void)ctx;
 	memset(a, 0, sizeof(*a));
-	a->max_qp_wr = 32768;
-	a->max_qp_rd_atom = 16;
-	a->max_cqe = 1 << 22;
+	a->max_mr_size = limits()->mr;
+	a->max_qp_wr = (int)limits()->qp_wr;
+	a->max_sge = (int)limits()->sge;
+	a->max_qp_rd_atom = (int)limits()->rd_atom;
+	a->max_qp_init_rd_atom = (int)limits()->init_rd_atom;
+	a->max_cqe = (int)limits()->cqe;
 	a->max_qp = VD_MAX_QPS;
 	return 0;
 }
@@ -316,8 +384,9 @@ ibv_query_port(struct ibv_context *ctx, uint8_t port,
 	if (port != 1)
 		return EINVAL;
 	a->state = d->rail->down ? IBV_PORT_DOWN : IBV_PORT_ACTIVE;
-	a->active_mtu = IBV_MTU_4096;
-	a->max_mtu = IBV_MTU_4096;
+	a->active_mtu = (enum ibv_mtu)limits()->mtu;
+	a->max_mtu = (enum ibv_mtu)limits()->mtu;
+	a->max_msg_sz = (uint32_t)VD_MIN(limits()->msg, UINT32_MAX);
 	a->lid = 0;
 	a->link_layer = IBV_LINK_LAYER_ETHERNET;
 	return 0;
@@ -398,6 +467,10 @@ ibv_reg_mr_iova2(struct ibv_pd *pd, void *addr, size_t len, uint64_t iova,
 	unsigned int i;
 
 	(void)iova;
+	if (len > limits()->mr) {
+		errno = EINVAL;
+		return NULL;
+	}
 	pthread_mutex_lock(&vd_lock);
 	for (i = 0; i < VD_MAX_MRS && mine->mr[i].key != 0; i++)
 		;
@@ -475,6 +548,11 @@ ibv_create_cq(struct ibv_context *ctx, int cqe, void *cq_context,
 	(void)cq_context; (void)channel; (void)comp_vector;
 	if (c == NULL)
 		return NULL;
+	if (cqe < 1 || (uint64_t)cqe > limits()->cqe) {
+		free(c);
+		errno = EINVAL;
+		return NULL;
+	}
 	c->size = (unsigned int)cqe;
 	c->wc = calloc(c->size, sizeof(c->wc[0]));
 	if (c->wc == NULL) {
@@ -531,7 +609,12 @@ ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *ia)
 	struct vd_qp *q;
 	unsigned int i;
 
-	if (ia->qp_type != IBV_QPT_RC || ia->cap.max_inline_data > VD_INLINE) {
+	if (ia->qp_type != IBV_QPT_RC ||
+	    ia->cap.max_inline_data > VD_MIN(limits()->inl, VD_INLINE) ||
+	    ia->cap.max_send_wr > limits()->qp_wr ||
+	    ia->cap.max_recv_wr > limits()->qp_wr ||
+	    ia->cap.max_send_sge > limits()->sge ||
+	    ia->cap.max_recv_sge > limits()->sge || ia->cap.max_send_wr == 0) {
 		errno = EINVAL;
 		return NULL;
 	}
@@ -631,7 +714,10 @@ ibv_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *a, int mask)
 		if (qp->state != IBV_QPS_INIT || !(mask & IBV_QP_AV) ||
 		    !(mask & IBV_QP_DEST_QPN) || !(mask & IBV_QP_RQ_PSN) ||
 		    !a->ah_attr.is_global || a->dest_qp_num == 0 ||
-		    a->dest_qp_num > VD_MAX_QPS) {
+		    a->dest_qp_num > VD_MAX_QPS ||
+		    ((mask & IBV_QP_PATH_MTU) && a->path_mtu > limits()->mtu) ||
+		    ((mask & IBV_QP_MAX_DEST_RD_ATOMIC) &&
+		     a->max_dest_rd_atomic > limits()->rd_atom)) {
 			ret = EINVAL;
 			break;
 		}
@@ -642,7 +728,9 @@ ibv_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *a, int mask)
 		qp_set_state(q, IBV_QPS_RTR);
 		break;
 	case IBV_QPS_RTS:
-		if (qp->state != IBV_QPS_RTR || !(mask & IBV_QP_SQ_PSN)) {
+		if (qp->state != IBV_QPS_RTR || !(mask & IBV_QP_SQ_PSN) ||
+		    ((mask & IBV_QP_MAX_QP_RD_ATOMIC) &&
+		     a->max_rd_atomic > limits()->init_rd_atom)) {
 			ret = EINVAL;
 			break;
 		}
@@ -693,7 +781,8 @@ vd_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad
 		if ((qp->state != IBV_QPS_RTS && qp->state != IBV_QPS_ERR) ||
 		    q->sq_n == q->max_send || wr->num_sge != 1 ||
 		    ((wr->send_flags & IBV_SEND_INLINE) &&
-		     wr->sg_list[0].length > VD_INLINE)) {
+		     wr->sg_list[0].length > VD_MIN(limits()->inl, VD_INLINE)) ||
+		    wr->sg_list[0].length > limits()->msg) {
 			ret = qp->state != IBV_QPS_RTS ? EINVAL : ENOMEM;
 			break;
 		}

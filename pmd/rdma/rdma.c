@@ -58,8 +58,24 @@ dev_open(struct ibv_device *d)
 		RD_LOG(ERR, "%s: cannot query: %s", dev->name, strerror(errno));
 		goto close_dev;
 	}
-	dev->max_qp_wr = (uint32_t)attr.max_qp_wr;
-	dev->max_rd_atomic = (uint8_t)RTE_MIN(attr.max_qp_rd_atom, 16);
+	dev->max_qp_wr = (uint32_t)RTE_MAX(attr.max_qp_wr, 0);
+	dev->max_cqe = (uint32_t)RTE_MAX(attr.max_cqe, 0);
+	dev->max_sge = (uint32_t)RTE_MAX(attr.max_sge, 0);
+	dev->max_mr_size = attr.max_mr_size;
+	dev->max_rd_atomic = (uint8_t)RTE_MIN(RTE_MAX(attr.max_qp_rd_atom, 0), 16);
+	dev->max_init_rd_atomic =
+		(uint8_t)RTE_MIN(RTE_MAX(attr.max_qp_init_rd_atom, 0), 16);
+	RD_LOG(DEBUG, "%s: max_qp_wr %d, max_cqe %d, max_sge %d, max_mr_size %#" PRIx64
+	       ", max_qp_rd_atom %d, max_qp_init_rd_atom %d", dev->name,
+	       attr.max_qp_wr, attr.max_cqe, attr.max_sge,
+	       (uint64_t)attr.max_mr_size, attr.max_qp_rd_atom,
+	       attr.max_qp_init_rd_atom);
+	if (dev->max_sge < 1 || dev->max_qp_wr < 2 * RD_CHAIN ||
+	    dev->max_qp_wr < RD_NOTES || dev->max_cqe < 4 * RD_CHAIN) {
+		RD_LOG(ERR, "%s: device limits too small for kvt (max_sge %u, max_qp_wr %u, max_cqe %u)",
+		       dev->name, dev->max_sge, dev->max_qp_wr, dev->max_cqe);
+		goto close_dev;
+	}
 	dev->pd = ibv_alloc_pd(dev->ctx);
 	if (dev->pd == NULL) {
 		RD_LOG(ERR, "%s: cannot allocate a protection domain: %s",
@@ -141,6 +157,14 @@ port_open(const struct kvt_pmd *pmd, struct ibv_device *d,
 	}
 	rp->lid = pa.lid;
 	rp->mtu = (uint8_t)pa.active_mtu;
+	/* 0 means the port did not say: 2 GiB, what RC allows. */
+	rp->max_msg = pa.max_msg_sz != 0 ? pa.max_msg_sz : 1u << 31;
+	if ((uint64_t)rp->max_msg * RD_MSG_PIECES < kvt_pmd_env()->slice) {
+		RD_LOG(ERR, "%s: messages of at most %u bytes: a %" PRIu64 "-byte slice would take more than %u work requests; use a smaller --kvt-slice",
+		       nic->name, rp->max_msg, (uint64_t)kvt_pmd_env()->slice,
+		       RD_MSG_PIECES);
+		goto put_dev;
+	}
 	rp->nic.link = pa.link_layer == IBV_LINK_LAYER_ETHERNET ? KVT_LINK_ETH :
 		KVT_LINK_IB;
 	gid = nic->gid_index >= 0 ? nic->gid_index : 0;
@@ -155,13 +179,16 @@ port_open(const struct kvt_pmd *pmd, struct ibv_device *d,
 	rp->nic.gid_index = gid;
 	rp->nqps = nqps;
 	rp->sq = rte_align32prevpow2(RTE_MIN(sq, rp->dev->max_qp_wr));
-	rp->cq_size = 65536;
+	rp->cq_size = (int)RTE_MIN((uint32_t)RD_CQ_WANT, rp->dev->max_cqe);
 	rp->cq = ibv_create_cq(rp->dev->ctx, rp->cq_size, NULL, NULL, 0);
 	if (rp->cq == NULL) {
-		RD_LOG(ERR, "%s: cannot create a completion queue: %s", nic->name,
-		       strerror(errno));
+		RD_LOG(ERR, "%s: cannot create a completion queue of %d entries: %s",
+		       nic->name, rp->cq_size, strerror(errno));
 		goto put_dev;
 	}
+	RD_LOG(DEBUG, "%s port %u: active MTU %d, max_msg_sz %u; completion queue %d, send queue %u",
+	       nic->name, nic->port, 128 << pa.active_mtu, rp->max_msg,
+	       rp->cq_size, rp->sq);
 	rp->timeout = 14;	/* 4.096 us << 14 = 67 ms per retry */
 	pthread_mutex_init(&rp->lock, NULL);
 	rp->backoff_ms = RD_BACKOFF_MIN_MS;
@@ -371,6 +398,10 @@ rd_mem_register(struct kvt_port *port, struct kvt_lmem *m)
 		mr = reg_cuda(rp, m, access);
 		if (mr == NULL)
 			return -ENOTSUP;
+	} else if (m->len > rp->dev->max_mr_size) {
+		RD_LOG(WARNING, "%s: %p+%" PRIu64 " is larger than the device registers (max_mr_size %#" PRIx64 "); this NIC will not carry it",
+		       rp->nic.name, m->addr, m->len, rp->dev->max_mr_size);
+		return -ENOTSUP;
 	} else {
 		mr = ibv_reg_mr(rp->dev->pd, m->addr, m->len, access);
 		if (mr == NULL)

@@ -25,6 +25,8 @@ extern int kvt_rdma_logtype;
 #define RD_CHAIN 32		/* work requests per post, one signalled */
 #define RD_NOTES 16		/* notification buffers per queue pair */
 #define RD_INLINE 64		/* bytes written inline, without a DMA read */
+#define RD_CQ_WANT 65536	/* completion queue entries, if the device allows */
+#define RD_MSG_PIECES 8		/* work requests one slice may become */
 #define RD_PAUSE_ERRORS 3	/* link errors within a second pause a NIC */
 #define RD_BACKOFF_MIN_MS 100
 #define RD_BACKOFF_MAX_MS 5000
@@ -94,8 +96,14 @@ struct rd_dev {
 	struct ibv_pd *pd;
 	char name[32];
 	unsigned int refs;
+	/* Limits the device reports (ibv_query_device), capped to what
+	 * kvt asks for. */
 	uint32_t max_qp_wr;
-	uint8_t max_rd_atomic;
+	uint32_t max_cqe;
+	uint32_t max_sge;
+	uint64_t max_mr_size;
+	uint8_t max_rd_atomic;		/* as a responder (max_qp_rd_atom) */
+	uint8_t max_init_rd_atomic;	/* as a requester */
 	struct rd_port *port[4];	/* its ports that kvt uses */
 	unsigned int nports;
 	struct rd_dev *next;
@@ -112,6 +120,8 @@ struct rd_port {
 	union ibv_gid gid;
 	uint16_t lid;
 	uint8_t mtu;		/* active MTU (enum ibv_mtu) */
+	uint32_t max_msg;	/* longest message the port sends */
+	uint32_t max_inline;	/* inline bytes its queue pairs were granted */
 	unsigned int nqps;	/* per connection */
 	unsigned int sq;	/* send queue depth */
 	uint8_t timeout;	/* local ACK timeout exponent */

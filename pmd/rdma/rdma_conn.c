@@ -257,7 +257,7 @@ qp_rts(struct rd_conn *c, struct rd_qp *q)
 		.rnr_retry = 7,	/* a busy receiver is waited for; the
 				 * watchdog bounds the wait */
 		.sq_psn = q->psn,
-		.max_rd_atomic = c->rp->dev->max_rd_atomic,
+		.max_rd_atomic = c->rp->dev->max_init_rd_atomic,
 	};
 
 	return ibv_modify_qp(q->qp, &a, IBV_QP_STATE | IBV_QP_TIMEOUT |
@@ -343,11 +343,21 @@ conn_new(struct rd_port *rp, unsigned int nqps)
 		if (q->ring == NULL)
 			goto fail;
 		q->qp = ibv_create_qp(rp->dev->pd, &ia);
+		if (q->qp == NULL && ia.cap.max_inline_data > sizeof(uint64_t)) {
+			/* A device with less inline room: fences need 8. */
+			RD_LOG(DEBUG, "%s: no queue pair with %u inline bytes (%s): asking for %zu",
+			       rp->nic.name, ia.cap.max_inline_data,
+			       strerror(errno), sizeof(uint64_t));
+			ia.cap.max_inline_data = sizeof(uint64_t);
+			q->qp = ibv_create_qp(rp->dev->pd, &ia);
+		}
 		if (q->qp == NULL) {
 			RD_LOG(ERR, "%s: cannot create a queue pair: %s",
 			       rp->nic.name, strerror(errno));
 			goto fail;
 		}
+		/* What the device granted (ibv_create_qp writes it back). */
+		rp->max_inline = ia.cap.max_inline_data;
 		q->psn = new_psn();
 		if (qp_init(rp, q->qp) < 0) {
 			RD_LOG(ERR, "%s: queue pair to INIT: %s", rp->nic.name,

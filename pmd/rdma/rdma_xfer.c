@@ -222,6 +222,30 @@ pick_qp(struct rd_conn *c)
 	return NULL;
 }
 
+/* Work requests a descriptor becomes: a WRITE or READ longer than the
+ * port's max_msg_sz is split. */
+static unsigned int
+wr_pieces(const struct rd_conn *c, const struct kvt_desc *d)
+{
+	if (d->op != KVT_DESC_WRITE && d->op != KVT_DESC_READ)
+		return 1;
+	return d->len <= c->rp->max_msg ? 1 :
+		(d->len + c->rp->max_msg - 1) / c->rp->max_msg;
+}
+
+/* Piece i of a split WRITE or READ: bytes [i * max_msg, ...). */
+static void
+wr_piece(struct rd_conn *c, struct ibv_send_wr *wr, struct ibv_sge *sge,
+	 unsigned int i)
+{
+	uint64_t off = (uint64_t)i * c->rp->max_msg;
+
+	sge->addr += off;
+	sge->length = (uint32_t)RTE_MIN((uint64_t)sge->length - off,
+					(uint64_t)c->rp->max_msg);
+	wr->wr.rdma.remote_addr += off;
+}
+
 static void
 wr_fill(struct rd_conn *c, struct rd_qp *q, struct kvt_desc *d,
 	struct ibv_send_wr *wr, struct ibv_sge *sge)
@@ -244,7 +268,7 @@ wr_fill(struct rd_conn *c, struct rd_qp *q, struct kvt_desc *d,
 		wr->wr.rdma.rkey = kvt_rdma_rkey(d->rm, port);
 		if (d->op == KVT_DESC_WRITE) {
 			q->dirty = 1;
-			if (d->len <= RD_INLINE)
+			if (d->len <= c->rp->max_inline)
 				wr->send_flags = IBV_SEND_INLINE;
 		}
 		break;
@@ -298,16 +322,26 @@ post_chain(struct rd_conn *c, struct rd_qp *q, uint64_t now)
 	struct rd_wr *e;
 
 	while (c->backlog != NULL && n < RD_CHAIN - 1) {
+		unsigned int k, pieces;
+
 		d = c->backlog;
 		if (d->op == KVT_DESC_NOTIFY && (q != nq || q->notes == RD_NOTES))
 			break;
+		pieces = wr_pieces(c, d);
+		if (n + pieces > RD_CHAIN - 1)
+			break;
 		backlog_pop(c);
-		wr_fill(c, q, d, &wr[n], &sge[n]);
-		e = ring_at(c, q, q->tail + n);
-		e->d = d;
-		e->posted = now;
-		e->signalled = !!(wr[n].send_flags & IBV_SEND_SIGNALED);
-		n++;
+		/* Pieces in order; only the last settles the descriptor
+		 * (RC completes a queue pair's requests in order). */
+		for (k = 0; k < pieces; k++, n++) {
+			wr_fill(c, q, d, &wr[n], &sge[n]);
+			if (pieces > 1)
+				wr_piece(c, &wr[n], &sge[n], k);
+			e = ring_at(c, q, q->tail + n);
+			e->d = k + 1 == pieces ? d : NULL;
+			e->posted = now;
+			e->signalled = !!(wr[n].send_flags & IBV_SEND_SIGNALED);
+		}
 	}
 	if (n == 0)
 		return 0;
