@@ -373,6 +373,8 @@ int kvt_wait(struct kvt_batch *batch, uint64_t timeout_us);
  *   -EIO (transport error), -ERANGE (the peer no longer exports the
  *   range), -ENOBUFS (the peer had no room for the notification until
  *   the timeout), -EPROTO (the peer answered outside the protocol),
+ *   -EACCES (the peer's NIC refused the access: its key does not cover
+ *   the range, as when the peer unregistered it meanwhile),
  *   -EINVAL (idx out of range).
  */
 int kvt_status(struct kvt_batch *batch, unsigned int idx);

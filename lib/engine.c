@@ -246,6 +246,48 @@ mempool_driver_arg(char **args)
 #endif
 }
 
+
+/* "--log-level=PATTERN:LEVEL" (LEVEL a name or 1-8), applied before
+ * rte_eal_init so that what the transports log while probing obeys it;
+ * EAL parses the same arguments again later. */
+static void
+log_levels_early(int argc, char **argv)
+{
+	static const char *const names[] = { "emerg", "alert", "crit", "err",
+		"warning", "notice", "info", "debug" };
+	char pat[128], *colon;
+	unsigned int lvl, k;
+	int i;
+
+	for (i = 1; i < argc; i++) {
+		if (strncmp(argv[i], "--log-level=", 12) != 0)
+			continue;
+		snprintf(pat, sizeof(pat), "%s", argv[i] + 12);
+		colon = strrchr(pat, ':');
+		if (colon == NULL)
+			continue;
+		*colon++ = '\0';
+		lvl = (unsigned int)strtoul(colon, NULL, 10);
+		for (k = 0; k < RTE_DIM(names); k++)
+			if (strcmp(colon, names[k]) == 0)
+				lvl = k + 1;
+		if (lvl >= 1 && lvl <= RTE_DIM(names))
+			rte_log_set_level_pattern(pat, lvl);
+	}
+}
+
+/* EAL arguments that only set log levels keep kvt's defaults. */
+static int
+only_log_levels(int argc, char **argv)
+{
+	int i;
+
+	for (i = 1; i < argc; i++)
+		if (strncmp(argv[i], "--log-level", 11) != 0)
+			return 0;
+	return 1;
+}
+
 static int
 eal_start(int eal_argc, char **eal_argv)
 {
@@ -259,7 +301,7 @@ eal_start(int eal_argc, char **eal_argv)
 			KVT_LOG(WARNING, "EAL arguments ignored: EAL is already running");
 		return 0;
 	}
-	if (eal_argc > 1) {
+	if (eal_argc > 1 && !only_log_levels(eal_argc, eal_argv)) {
 		if (eal_argc > (int)RTE_DIM(args) - 1) {
 			KVT_LOG(ERR, "%d EAL arguments: at most %u", eal_argc - 1,
 				(unsigned int)RTE_DIM(args) - 2);
@@ -288,6 +330,9 @@ eal_start(int eal_argc, char **eal_argv)
 		args[n++] = prefix;
 		args[n++] = lcores;
 		n += mempool_driver_arg(args + n);
+		/* Log levels alone go on top of the defaults. */
+		for (i = 1; i < eal_argc && n < (int)RTE_DIM(args) - 1; i++)
+			args[n++] = eal_argv[i];
 	}
 	args[n] = NULL;
 	ret = rte_eal_init(n, args);
@@ -426,6 +471,9 @@ kvt_init(int argc, char **argv)
 		}
 	}
 
+	/* Ports are probed before EAL starts (the lcore list depends on
+	 * them): their log levels are set first. */
+	log_levels_early(eal_argc, argv);
 	ret = kvt_ports_probe();
 	if (ret < 0)
 		goto remove_ports;

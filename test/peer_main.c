@@ -28,6 +28,8 @@
  *                            write each, all in flight at once, each with
  *                            the notification "n<k>" (k counts from 0)
  *                            -> the first error and how many failed
+ *   forge I BASE             believe the open peer's region I starts at BASE
+ *                            (hex): only the NIC can refuse what follows
  *   unreg ID                 kvt_mem_unregister result
  *   quit
  */
@@ -41,6 +43,7 @@
 #include <rte_errno.h>
 
 #include "kvt.h"
+#include "kvt_private.h"
 #include "test_common.h"
 #ifdef KVT_HAVE_CUDA
 #include <cuda_runtime_api.h>
@@ -284,6 +287,29 @@ cmd_burst(unsigned int id, size_t off, uint64_t raddr, size_t len,
 	printf("ok %d %u\n", first, failed);
 }
 
+/*
+ * Test only: believe that region i of the open peer starts at base, so
+ * that a transfer there passes kvt's own range check and only the NIC
+ * (its key checks) stands between the request and the memory.
+ */
+static void
+cmd_forge(unsigned int i, uint64_t base)
+{
+	struct kvt_rtable *t;
+
+	if (peer == NULL) {
+		printf("err no peer\n");
+		return;
+	}
+	t = peer->rt;
+	if (i >= t->n) {
+		printf("err index\n");
+		return;
+	}
+	t->r[i]->rm.base = base;
+	printf("ok\n");
+}
+
 static int
 dispatch(char *line)
 {
@@ -342,6 +368,8 @@ dispatch(char *line)
 		printf(peer != NULL ? "ok\n" : "err %d\n", rte_errno);
 	} else if (sscanf(line, "write %u %llu %llx %llu", &id, &x, &w, &y) == 4) {
 		cmd_write(id, x, w, y);
+	} else if (sscanf(line, "forge %u %llx", &id, &w) == 2) {
+		cmd_forge(id, w);
 	} else if (sscanf(line, "unreg %u", &id) == 1 && id < MAX_IDS) {
 		printf("ok %d\n", kvt_mem_unregister(mem[id].m));
 	} else if (strncmp(line, "quit", 4) == 0) {
