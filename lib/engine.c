@@ -301,12 +301,12 @@ eal_start(int eal_argc, char **eal_argv)
 			KVT_LOG(WARNING, "EAL arguments ignored: EAL is already running");
 		return 0;
 	}
+	if (eal_argc > (int)RTE_DIM(args) - 1) {
+		KVT_LOG(ERR, "%d EAL arguments: at most %u", eal_argc - 1,
+			(unsigned int)RTE_DIM(args) - 2);
+		return -EINVAL;
+	}
 	if (eal_argc > 1 && !only_log_levels(eal_argc, eal_argv)) {
-		if (eal_argc > (int)RTE_DIM(args) - 1) {
-			KVT_LOG(ERR, "%d EAL arguments: at most %u", eal_argc - 1,
-				(unsigned int)RTE_DIM(args) - 2);
-			return -EINVAL;
-		}
 		for (i = 0; i < eal_argc; i++)
 			args[n++] = eal_argv[i];
 	} else {
@@ -331,7 +331,12 @@ eal_start(int eal_argc, char **eal_argv)
 		args[n++] = lcores;
 		n += mempool_driver_arg(args + n);
 		/* Log levels alone go on top of the defaults. */
-		for (i = 1; i < eal_argc && n < (int)RTE_DIM(args) - 1; i++)
+		if (n + eal_argc - 1 > (int)RTE_DIM(args) - 1) {
+			KVT_LOG(ERR, "%d log-level arguments: at most %d beside kvt's EAL defaults",
+				eal_argc - 1, (int)RTE_DIM(args) - 1 - n);
+			return -EINVAL;
+		}
+		for (i = 1; i < eal_argc; i++)
 			args[n++] = eal_argv[i];
 	}
 	args[n] = NULL;
