@@ -245,8 +245,9 @@ struct kvt_desc {
 	struct kvt_desc *next;	/**< free for whoever holds the desc */
 	uint64_t pmd_data[2];	/**< scratch for the PMD */
 	/** FENCE, NOTIFY: the tail's number among those sent to this peer
-	 *  (from 1; 0: none).  A KVT_PMD_F_ONCE port carries it, and its
-	 *  target acts on each number once (kvt_conn_tail_take()). */
+	 *  (from 1; 0: none).  A KVT_PMD_F_ONCE port carries a
+	 *  notification's number, and its target acts on each number once
+	 *  (kvt_conn_tail_take()). */
 	uint32_t seq;
 } __rte_cache_aligned;
 
@@ -281,8 +282,10 @@ kvt_desc_store_done(const struct kvt_desc *d)
 #define KVT_PMD_F_EXPLICIT	(1u << 1)
 /** Takes a submission whole (one KVT_DESC_SUB) when it alone carries it. */
 #define KVT_PMD_F_WHOLE		(1u << 2)
-/** Its targets drop a second copy of a numbered tail (kvt_desc.seq), so
- *  a fence or notification that failed elsewhere may be sent again here. */
+/** Its targets drop a second copy of a numbered notification
+ *  (kvt_desc.seq), so one that failed elsewhere may be sent again here.
+ *  (A fence may move to any port: its second copy stores the same room
+ *  id.  tcp's targets drop fence copies too.) */
 #define KVT_PMD_F_ONCE		(1u << 3)
 
 /** The operations of a transport. */

@@ -289,9 +289,21 @@ static int retryable(int err);
 
 /*
  * A fence or notification whose connection failed goes out again on
- * another live port of the peer whose targets act on a tail once
- * (KVT_PMD_F_ONCE): if the lost copy did arrive, the second is answered
- * without acting, so the receiver sees it exactly once.
+ * another live port of the peer.
+ *  - A notification moves only to a port whose targets act on a numbered
+ *    tail once (KVT_PMD_F_ONCE): if the lost copy did arrive, the second
+ *    is dropped there, so the receiver sees the message exactly once.
+ *  - A fence may move to any port that reaches the fence table: both
+ *    copies store the same room id, so no other room can read as
+ *    arrived.  The one thing a late second copy can disturb: the first
+ *    copy landed, the receiver took the room and armed the slot for a new
+ *    one, and the second copy lands after that.  The slot then holds the
+ *    old room, which kvt_fence_poll() reports as -ESTALE (an error,
+ *    never a success), until the new room's fence overwrites it.  It
+ *    needs the first copy to have landed while its queue pair or socket
+ *    failed, and the receiver to re-arm and the sender to reuse the slot
+ *    in the time it takes to see that failure (a retry timeout);
+ *    tcp's targets drop the copy anyway.
  * @return 1 when it was sent again.
  */
 static int
@@ -307,7 +319,7 @@ tail_move(struct kvt_desc *d, int err)
 		return 0;
 	mask = (d->op == KVT_DESC_FENCE ? s->fence_mask : s->peer->conn_mask) &
 		live_conns(s->peer) & ~(1u << d->port);
-	for (m = mask; m != 0; m &= m - 1) {
+	for (m = mask; m != 0 && d->op == KVT_DESC_NOTIFY; m &= m - 1) {
 		to = (unsigned int)__builtin_ctz(m);
 		if (!(kvt_eng->ports[to]->pmd->ops->flags & KVT_PMD_F_ONCE))
 			mask &= ~(1u << to);

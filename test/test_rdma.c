@@ -606,6 +606,138 @@ Test(rdma, rail_down_and_back, .timeout = 120, .fini = rails_fini)
 	free(x);
 }
 
+/*
+ * A rail cut under submissions that each carry a fence and a notification:
+ * the tails caught on the cut rail move to the other, so every request
+ * succeeds, every fence lands with its room and every notification
+ * arrives exactly once.
+ */
+Test(rdma, rail_cut_moves_tails, .timeout = 120, .fini = rails_fini)
+{
+	const unsigned int n = 64;
+	const uint64_t len = MiB / 4;
+	struct kvt_submit_opts o = { .flags = KVT_SUBMIT_FENCE };
+	struct kvt_port_stats st;
+	char note[16], *notes = malloc(8192);
+	struct kvt_xfer x;
+	struct kvt_batch *b;
+	struct tc_peer t;
+	struct kvt_peer *p;
+	uint8_t *src = malloc(n * len);
+	uint64_t base, ft;
+	unsigned int i, c;
+	char *q;
+
+	rails("mlx5_0,mlx5_1");
+	vd_rail("mlx5_1")->rate_mbps = 16000;	/* 2 GB/s: long enough to cut */
+	vd_rail("mlx5_0")->rate_mbps = 16000;
+	cr_assert_geq(tc_engine_init(OPTS " --kvt-slice 16K"), 0);
+	cr_assert_eq(tc_peer_start(&t, OPTS), 0);
+	cr_assert_not_null(kvt_mem_register(src, n * len, NULL, 0));
+	base = tc_peer_u64(&t, 0, "alloc 0 %" PRIu64 " w", n * len);
+	ft = tc_peer_u64(&t, 0, "fence %u", n);
+	for (i = 0; i < n; i++)
+		cr_assert_eq(tc_peer_u64(&t, 10, "arm %u %u", i, 1000 + i), 0);
+	p = tc_open_peer(&t);
+	tc_fill(src, n * len, 5);
+	b = kvt_batch_alloc(n);
+	for (i = 0; i < n; i++) {
+		x = (struct kvt_xfer){ .op = KVT_OP_WRITE, .local = src + i * len,
+				       .remote = base + i * len, .len = len };
+		o.fence = (struct kvt_fence_ref){ .table = ft, .slot = i,
+						  .room = 1000 + i };
+		o.notify_len = (uint32_t)snprintf(note, sizeof(note), "t%u", i);
+		o.notify = note;
+		cr_assert_geq(kvt_submit(b, p, &x, 1, &o), 0);
+	}
+	usleep(4000);
+	vd_rail("mlx5_1")->down = 1;
+	cr_assert_eq(kvt_wait(b, 30000000), 0);
+	for (i = 0; i < n; i++)
+		cr_assert_eq(kvt_status(b, i), 0, "request %u: %s", i,
+			     strerror(-kvt_status(b, i)));
+	cr_assert_eq(kvt_port_stats((unsigned int)port_of("rdma:mlx5_1"), &st), 0);
+	cr_assert_gt(st.retries, 0, "the cut rail had work in flight");
+	for (i = 0; i < n; i++)
+		cr_assert_eq(tc_peer_u64(&t, 10, "fpoll %u", i), 0,
+			     "fence %u did not land with its room", i);
+	cr_assert_eq(tc_peer_u64(&t, 16, "sum 0 0 %" PRIu64, n * len),
+		     tc_hash(src, n * len));
+	/* " TEXT@peer" each, the first without its space. */
+	notes[0] = ' ';
+	cr_assert_eq(tc_peer_cmd(&t, notes + 1, 8191, "notes 300000"), 0);
+	for (i = 0; i < n; i++) {
+		snprintf(note, sizeof(note), " t%u@", i);
+		for (c = 0, q = notes; (q = strstr(q, note)) != NULL; q++)
+			c++;
+		cr_assert_eq(c, 1, "notification t%u delivered %u times", i, c);
+	}
+	kvt_batch_free(b);
+	kvt_peer_close(p);
+	tc_peer_stop(&t);
+	kvt_fini();
+	free(notes);
+	free(src);
+}
+
+/*
+ * A notification arrives but its acknowledgement is lost (the queue pair
+ * breaks): the initiator sends it again on the other rail, and the target
+ * drops the copy, so the receiver sees each message once.
+ */
+Test(rdma, lost_ack_notification_once, .timeout = 120, .fini = rails_fini)
+{
+	const unsigned int n = 32;
+	struct kvt_submit_opts o = { 0 };
+	char note[16], *notes = malloc(8192);
+	struct kvt_xfer x;
+	struct kvt_batch *b;
+	struct tc_peer t;
+	struct kvt_peer *p;
+	uint8_t *src = malloc(n * 4096);
+	uint64_t base;
+	unsigned int i, c;
+	char *q;
+
+	rails("mlx5_0,mlx5_1");
+	cr_assert_geq(tc_engine_init(OPTS), 0);
+	cr_assert_eq(tc_peer_start(&t, OPTS), 0);
+	cr_assert_not_null(kvt_mem_register(src, n * 4096, NULL, 0));
+	base = tc_peer_u64(&t, 0, "alloc 0 %u w", n * 4096);
+	p = tc_open_peer(&t);
+	vd_rail("mlx5_0")->lose_send_ack = 3;
+	vd_rail("mlx5_1")->lose_send_ack = 3;
+	b = kvt_batch_alloc(n);
+	for (i = 0; i < n; i++) {
+		x = (struct kvt_xfer){ .op = KVT_OP_WRITE, .local = src + i * 4096,
+				       .remote = base + i * 4096, .len = 4096 };
+		o.notify_len = (uint32_t)snprintf(note, sizeof(note), "m%u", i);
+		o.notify = note;
+		cr_assert_geq(kvt_submit(b, p, &x, 1, &o), 0);
+	}
+	cr_assert_eq(kvt_wait(b, 30000000), 0);
+	for (i = 0; i < n; i++)
+		cr_assert_eq(kvt_status(b, i), 0, "request %u: %s", i,
+			     strerror(-kvt_status(b, i)));
+	cr_assert_eq(vd_rail("mlx5_0")->lose_send_ack +
+		     vd_rail("mlx5_1")->lose_send_ack, 0,
+		     "a lost acknowledgement was not staged");
+	notes[0] = ' ';
+	cr_assert_eq(tc_peer_cmd(&t, notes + 1, 8191, "notes 300000"), 0);
+	for (i = 0; i < n; i++) {
+		snprintf(note, sizeof(note), " m%u@", i);
+		for (c = 0, q = notes; (q = strstr(q, note)) != NULL; q++)
+			c++;
+		cr_assert_eq(c, 1, "notification m%u delivered %u times", i, c);
+	}
+	kvt_batch_free(b);
+	kvt_peer_close(p);
+	tc_peer_stop(&t);
+	kvt_fini();
+	free(notes);
+	free(src);
+}
+
 /* One request fails on the wire (the queue pair breaks): its slice moves,
  * nothing is lost, the pair is re-armed. */
 Test(rdma, single_error_recovers, .timeout = 120, .fini = rails_fini)

@@ -117,6 +117,8 @@ struct vd_rqp {
 		uint64_t wr_id;
 		uint32_t len;
 		uint32_t status;
+		uint32_t imm;	/* network order, as the wire has it */
+		uint32_t with_imm;
 	} rc[VD_RQ];
 };
 
@@ -140,6 +142,7 @@ struct vd_swr {
 	uint32_t len;
 	uint64_t remote;
 	uint32_t rkey;
+	uint32_t imm;
 	uint64_t posted_ns;
 	uint8_t inl[VD_INLINE];
 };
@@ -574,7 +577,7 @@ ibv_destroy_cq(struct ibv_cq *cq)
 	return 0;
 }
 
-static void
+static struct ibv_wc *
 cq_push(struct ibv_cq *cq, uint64_t wr_id, enum ibv_wc_status st,
 	enum ibv_wc_opcode op, uint32_t len, uint32_t qpn)
 {
@@ -592,6 +595,7 @@ cq_push(struct ibv_cq *cq, uint64_t wr_id, enum ibv_wc_status st,
 	w->opcode = op;
 	w->byte_len = len;
 	w->qp_num = qpn;
+	return w;
 }
 
 /* ---- queue pairs ---- */
@@ -800,6 +804,7 @@ vd_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad
 		w->len = wr->sg_list[0].length;
 		w->remote = wr->wr.rdma.remote_addr;
 		w->rkey = wr->wr.rdma.rkey;
+		w->imm = wr->imm_data;
 		w->posted_ns = now_ns();
 		if (wr->send_flags & IBV_SEND_INLINE)
 			memcpy(w->inl, (void *)(uintptr_t)w->local, w->len);
@@ -906,6 +911,7 @@ execute(struct vd_qp *q, struct vd_swr *w, uint64_t now)
 				FAIL_ACCESS;
 		break;
 	case IBV_WR_SEND:
+	case IBV_WR_SEND_WITH_IMM:
 		if (r->rq_head == __atomic_load_n(&r->rq_tail, __ATOMIC_ACQUIRE))
 			return WAIT;	/* receiver not ready: retried */
 		slot = r->rq_head % VD_RQ;
@@ -918,8 +924,13 @@ execute(struct vd_qp *q, struct vd_swr *w, uint64_t now)
 		r->rc[n].wr_id = r->rq[slot].wr_id;
 		r->rc[n].len = w->len;
 		r->rc[n].status = IBV_WC_SUCCESS;
+		r->rc[n].imm = w->imm;
+		r->rc[n].with_imm = w->opcode == IBV_WR_SEND_WITH_IMM;
 		r->rq_head++;
 		__atomic_store_n(&r->rc_tail, r->rc_tail + 1, __ATOMIC_RELEASE);
+		if (rail->lose_send_ack != 0 &&
+		    __atomic_sub_fetch(&rail->lose_send_ack, 1, __ATOMIC_ACQ_REL) == 0)
+			return FAIL_RETRY;
 		break;
 	default:
 		return FAIL_ACCESS;
@@ -974,6 +985,7 @@ static void
 harvest(struct vd_qp *q)
 {
 	struct vd_rqp *r = rqp_mine(q);
+	struct ibv_wc *w;
 	unsigned int n;
 
 	if (__atomic_load_n(&r->state, __ATOMIC_ACQUIRE) == IBV_QPS_ERR &&
@@ -984,8 +996,12 @@ harvest(struct vd_qp *q)
 	}
 	while (r->rc_head != __atomic_load_n(&r->rc_tail, __ATOMIC_ACQUIRE)) {
 		n = r->rc_head % VD_RQ;
-		cq_push(q->qp.recv_cq, r->rc[n].wr_id, r->rc[n].status,
-			IBV_WC_RECV, r->rc[n].len, q->qp.qp_num);
+		w = cq_push(q->qp.recv_cq, r->rc[n].wr_id, r->rc[n].status,
+			    IBV_WC_RECV, r->rc[n].len, q->qp.qp_num);
+		if (r->rc[n].with_imm) {
+			w->wc_flags = IBV_WC_WITH_IMM;
+			w->imm_data = r->rc[n].imm;
+		}
 		r->rc_head++;
 	}
 }

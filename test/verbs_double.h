@@ -30,6 +30,9 @@ struct vd_rail {
 	uint32_t retry_ms;	/* how long a timed-out request takes (50) */
 	uint64_t bytes;		/* bytes moved over the rail */
 	uint64_t requests;
+	/* the n-th SEND from now arrives, but its acknowledgement is lost:
+	 * the requester sees it fail (0: off) */
+	uint32_t lose_send_ack;
 };
 
 /* Map the rail called name (creating it); NULL on error. */

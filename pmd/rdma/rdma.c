@@ -590,6 +590,7 @@ kvt_rdma_async_events(struct rd_port *self)
 }
 
 static const struct kvt_pmd_ops rd_ops = {
+	.flags = KVT_PMD_F_ONCE,	/* numbered notifications: rdma_xfer.c */
 	.rank = 20,
 	/* 64 MiB drain in ~1.3 ms at 400 Gb/s: room for the submitter's
 	 * polls. */

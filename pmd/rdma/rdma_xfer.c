@@ -28,6 +28,15 @@
  *    PCIe write, seen whole by the receiver's acquire load.
  *  - A notification is a SEND after the fence settled (the engine chains
  *    it), so a receiver that reads it finds fence and data in place.
+ *
+ * Tails that move: when a queue pair breaks under a fence or
+ * notification, the engine sends the tail again on another port.  A
+ * notification carries its number (kvt_desc.seq) as the SEND's immediate
+ * and the receiving lcore acts on each number once (kvt_conn_tail_take),
+ * so a copy whose first send did arrive is dropped.  A fence is a WRITE
+ * of the room id: a second copy stores the same word and cannot make
+ * any other room look arrived; see tail_move() in lib/batch.c for the
+ * one case it can disturb.
  * READ slices need no flush: the local NIC writes the data before it
  * writes the completion.
  *
@@ -36,6 +45,7 @@
  * are in order) unless the error is a flush, where nothing is known; the
  * rest are failed with -EIO, which the engine retries on another NIC.
  */
+#include <endian.h>
 #include <errno.h>
 #include <string.h>
 
@@ -285,7 +295,10 @@ wr_fill(struct rd_conn *c, struct rd_qp *q, struct kvt_desc *d,
 		q->note_next = (q->note_next + 1) % RD_NOTES;
 		q->notes++;
 		memcpy(note, d->data, d->len);
-		wr->opcode = IBV_WR_SEND;
+		/* The immediate carries the tail's number: a copy sent
+		 * again after its queue pair broke is acted on once. */
+		wr->opcode = IBV_WR_SEND_WITH_IMM;
+		wr->imm_data = htobe32(d->seq);
 		wr->send_flags = IBV_SEND_SIGNALED;
 		sge->addr = (uint64_t)(uintptr_t)note;
 		sge->length = d->len;
@@ -445,6 +458,11 @@ recv_done(struct rd_conn *c, unsigned int qi, const struct ibv_wc *wc)
 
 	if (wc->status != IBV_WC_SUCCESS || i >= RD_NOTES || c->c.inbox == NULL)
 		return;
+	if ((wc->wc_flags & IBV_WC_WITH_IMM) &&
+	    !kvt_conn_tail_take(&c->c, be32toh(wc->imm_data))) {
+		kvt_rdma_post_recv(c, qi, i);	/* a copy: acted on already */
+		return;
+	}
 	len = RTE_MIN(wc->byte_len, (uint32_t)KVT_NOTIFY_MAX);
 	if (q->held_n != 0 ||
 	    kvt_inbox_push(c->c.inbox, rd_note_buf(c, qi, i, 1), len) == -ENOBUFS) {
