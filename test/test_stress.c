@@ -44,6 +44,15 @@ static int failed;
 	__atomic_store_n(&stop, 1, __ATOMIC_RELEASE);			\
 } while (0)
 
+/* Each case starts its workers with a clean slate: under lite.h every
+ * case runs in this one process, after the others stopped theirs. */
+static void
+workers_reset(void)
+{
+	__atomic_store_n(&failed, 0, __ATOMIC_RELEASE);
+	__atomic_store_n(&stop, 0, __ATOMIC_RELEASE);
+}
+
 static void
 check_workers(void)
 {
@@ -96,6 +105,7 @@ Test(stress, rcu_readers_never_see_freed, .timeout = 120)
 	struct gen *g, *old;
 	unsigned int i;
 
+	workers_reset();
 	published = calloc(1, sizeof(*published));
 	published->alive = 0xa11ce;
 	for (i = 0; i < THREADS; i++)
@@ -193,6 +203,7 @@ Test(stress, overlap_claims_exclusive, .timeout = 120)
 	uint64_t taken = 0, refused = 0;
 	unsigned int i;
 
+	workers_reset();
 	claims = kvt_claims_new();
 	for (i = 0; i < THREADS; i++) {
 		a[i] = (struct ov_arg){ .id = i };
@@ -270,6 +281,7 @@ Test(stress, inbox_exactly_once, .timeout = 300)
 	size_t sz = kvt_inbox_size(256);
 	unsigned int i;
 
+	workers_reset();
 	cr_assert_geq(tc_engine_init("--kvt-pmd null"), 0);
 	inbox = aligned_alloc(64, (sz + 63) & ~(size_t)63);
 	seen = calloc(2, MSGS);
@@ -326,6 +338,7 @@ Test(stress, stripe_picks_follow_rates, .timeout = 120)
 	unsigned int i;
 	double share;
 
+	workers_reset();
 	cr_assert_geq(tc_engine_init("--kvt-pmd null,ports=3"), 0);
 	cr_assert_eq(kvt_port_count(), 3);
 	for (i = 0; i < 3; i++) {
