@@ -121,6 +121,21 @@ struct kvt_conn {
 	uint8_t accepted;	/**< engine-private: the peer opened us */
 };
 
+/** What the engine knows of a connection a peer opens (conn_accept). */
+struct kvt_accept {
+	struct kvt_peer_info info;	/**< the peer */
+	uint16_t remote_port;		/**< its port at the far end */
+	void *owner;			/**< engine-private: the session */
+};
+
+/**
+ * Acceptor (control thread): fill the engine's fields of c, a connection
+ * conn_accept just made for port.  Call it before anything hands c to
+ * the lcore (kvt_port_call()): the lcore reads them.
+ */
+void kvt_conn_accept_init(struct kvt_conn *c, struct kvt_port *port,
+			  const struct kvt_accept *a);
+
 /**
  * Mark a connection unusable (down = 1) or usable again (control path or
  * lcore).  New slices avoid a down connection while another one reaches
@@ -329,8 +344,12 @@ struct kvt_pmd_ops {
 	int (*conn_open)(struct kvt_port *port, const struct kvt_peer_info *pi,
 			 const struct kvt_endpoint *eps, unsigned int neps,
 			 struct kvt_buf *req, struct kvt_conn **out);
-	/** Acceptor: answer a peer's req with rep. */
-	int (*conn_accept)(struct kvt_port *port, const struct kvt_peer_info *pi,
+	/**
+	 * Acceptor: answer a peer's req with rep.  The new connection's
+	 * engine fields come from a (kvt_conn_accept_init()), set before
+	 * the lcore can see the connection.
+	 */
+	int (*conn_accept)(struct kvt_port *port, const struct kvt_accept *a,
 			   const uint8_t *req, size_t len, struct kvt_buf *rep,
 			   struct kvt_conn **out);
 	/** Initiator: the acceptor's answer arrived. */

@@ -285,6 +285,17 @@ conn_req_fields(const uint8_t *p, size_t len, uint64_t *port, uint64_t *from,
 	return r == 0 && have == 3 ? 0 : -EPROTO;
 }
 
+void
+kvt_conn_accept_init(struct kvt_conn *c, struct kvt_port *port,
+		     const struct kvt_accept *a)
+{
+	c->port = port;
+	c->info = a->info;
+	c->owner = a->owner;
+	c->accepted = 1;
+	c->remote_port = a->remote_port;
+}
+
 static int
 sess_conn_req(struct kvt_session *s, const uint8_t *p, size_t len)
 {
@@ -293,28 +304,24 @@ sess_conn_req(struct kvt_session *s, const uint8_t *p, size_t len)
 	struct kvt_conn *c = NULL;
 	struct kvt_port *port;
 	uint64_t pid = 0, from = UINT16_MAX;
+	struct kvt_accept a = { .info = s->info, .owner = s };
 	uint32_t blen = 0;
 	int ret;
 
 	ret = conn_req_fields(p, len, &pid, &from, &blob, &blen);
 	if (ret < 0)
 		return ret;
+	a.remote_port = (uint16_t)from;
 	port = kvt_port_get((unsigned int)RTE_MIN(pid, (uint64_t)UINT32_MAX));
 	if (port == NULL || port->pmd->ops->conn_accept == NULL)
 		ret = -ENOENT;
 	else if (s->conn[port->id] != NULL)
 		ret = -EEXIST;
 	else
-		ret = port->pmd->ops->conn_accept(port, &s->info, blob, blen,
+		ret = port->pmd->ops->conn_accept(port, &a, blob, blen,
 						  &rep, &c);
-	if (ret == 0) {
-		c->port = port;
-		c->info = s->info;
-		c->owner = s;
-		c->accepted = 1;
-		c->remote_port = (uint16_t)from;
+	if (ret == 0)
 		s->conn[port->id] = c;
-	}
 	kvt_wire_begin(&b, KVT_W_CONN_REP);
 	kvt_wire_put_u64(&b, KVT_T_ERRNO, (uint64_t)-ret);
 	kvt_wire_put(&b, KVT_T_BLOB, rep.data, (uint32_t)rep.len);

@@ -58,10 +58,6 @@ kvt_conn_set_down(struct kvt_conn *c, int down)
 uint64_t
 kvt_conn_heard_us(const struct kvt_conn *c)
 {
-	/* An accepted connection gets its session just after the PMD
-	 * accepted it: nothing heard yet. */
-	if (c->owner == NULL)
-		return 0;
 	if (c->accepted)
 		return __atomic_load_n(&((const struct kvt_session *)c->owner)->last_rx_us,
 				       __ATOMIC_RELAXED);

@@ -107,16 +107,19 @@ null_conn_open(struct kvt_port *port, const struct kvt_peer_info *pi,
 }
 
 static int
-null_conn_accept(struct kvt_port *port, const struct kvt_peer_info *pi,
+null_conn_accept(struct kvt_port *port, const struct kvt_accept *a,
 		 const uint8_t *req, size_t len, struct kvt_buf *rep,
 		 struct kvt_conn **out)
 {
-	RTE_SET_USED(port);
-	RTE_SET_USED(pi);
+	int ret;
+
 	RTE_SET_USED(req);
 	RTE_SET_USED(len);
 	RTE_SET_USED(rep);
-	return null_conn_new(out);
+	ret = null_conn_new(out);
+	if (ret == 0)
+		kvt_conn_accept_init(*out, port, a);
+	return ret;
 }
 
 static void

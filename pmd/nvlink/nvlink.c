@@ -983,22 +983,22 @@ nv_conn_open(struct kvt_port *port, const struct kvt_peer_info *pi,
 }
 
 static int
-nv_conn_accept(struct kvt_port *port, const struct kvt_peer_info *pi,
+nv_conn_accept(struct kvt_port *port, const struct kvt_accept *a,
 	       const uint8_t *req, size_t len, struct kvt_buf *rep,
 	       struct kvt_conn **out)
 {
 	struct nv_conn *c;
 	int ret;
 
-	RTE_SET_USED(port);
 	RTE_SET_USED(req);
 	RTE_SET_USED(len);
-	if (!pi->same_host)
+	if (!a->info.same_host)
 		return -ENOTSUP;
 	c = calloc(1, sizeof(*c));
 	if (c == NULL)
 		return -ENOMEM;
-	ret = kvt_shared_inbox_create(&c->inbox, pi->name, rep);
+	kvt_conn_accept_init(&c->c, port, a);
+	ret = kvt_shared_inbox_create(&c->inbox, a->info.name, rep);
 	if (ret < 0) {
 		free(c);
 		return ret;

@@ -204,7 +204,7 @@ int kvt_rdma_pick_endpoint(const char *self, uint8_t link, unsigned int ordinal,
 int kvt_rdma_conn_open(struct kvt_port *port, const struct kvt_peer_info *pi,
 		       const struct kvt_endpoint *eps, unsigned int neps,
 		       struct kvt_buf *req, struct kvt_conn **out);
-int kvt_rdma_conn_accept(struct kvt_port *port, const struct kvt_peer_info *pi,
+int kvt_rdma_conn_accept(struct kvt_port *port, const struct kvt_accept *a,
 			 const uint8_t *req, size_t len, struct kvt_buf *rep,
 			 struct kvt_conn **out);
 int kvt_rdma_conn_ready(struct kvt_conn *c, const uint8_t *rep, size_t len);

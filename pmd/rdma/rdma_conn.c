@@ -574,7 +574,7 @@ free_inbox(void *arg)
 }
 
 int
-kvt_rdma_conn_accept(struct kvt_port *port, const struct kvt_peer_info *pi,
+kvt_rdma_conn_accept(struct kvt_port *port, const struct kvt_accept *a,
 		     const uint8_t *req, size_t len, struct kvt_buf *rep,
 		     struct kvt_conn **out)
 {
@@ -586,13 +586,13 @@ kvt_rdma_conn_accept(struct kvt_port *port, const struct kvt_peer_info *pi,
 	ret = kvt_rdma_qpinfo_decode(req, len, &qi);
 	if (ret < 0) {
 		RD_LOG(WARNING, "peer %s: malformed rdma connection request",
-		       pi->name);
+		       a->info.name);
 		return ret;
 	}
 	c = conn_new(rp, qi.nqps);
 	if (c == NULL)
 		return -ENOMEM;
-	c->c.accepted = 1;	/* attach_conn posts receive buffers */
+	kvt_conn_accept_init(&c->c, port, a);
 	c->peer.link = rp->nic.link;
 	peer_take(c, &qi);
 	c->c.inbox = malloc(kvt_inbox_size(256));
@@ -601,7 +601,7 @@ kvt_rdma_conn_accept(struct kvt_port *port, const struct kvt_peer_info *pi,
 		goto free_conn;
 	}
 	kvt_inbox_init(c->c.inbox, 256);
-	ret = kvt_inbox_attach(c->c.inbox, pi->name);
+	ret = kvt_inbox_attach(c->c.inbox, a->info.name);
 	if (ret < 0)
 		goto free_inbox;
 	ret = conn_rts(c);

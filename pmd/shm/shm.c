@@ -266,22 +266,22 @@ shm_conn_open(struct kvt_port *port, const struct kvt_peer_info *pi,
 }
 
 static int
-shm_conn_accept(struct kvt_port *port, const struct kvt_peer_info *pi,
+shm_conn_accept(struct kvt_port *port, const struct kvt_accept *a,
 		const uint8_t *req, size_t len, struct kvt_buf *rep,
 		struct kvt_conn **out)
 {
 	struct shm_conn *sc;
 	int ret;
 
-	RTE_SET_USED(port);
 	RTE_SET_USED(req);
 	RTE_SET_USED(len);
-	if (!pi->same_host)
+	if (!a->info.same_host)
 		return -ENOTSUP;
 	sc = calloc(1, sizeof(*sc));
 	if (sc == NULL)
 		return -ENOMEM;
-	ret = kvt_shared_inbox_create(&sc->inbox, pi->name, rep);
+	kvt_conn_accept_init(&sc->c, port, a);
+	ret = kvt_shared_inbox_create(&sc->inbox, a->info.name, rep);
 	if (ret < 0) {
 		free(sc);
 		return ret;

@@ -1217,7 +1217,7 @@ tcp_conn_open(struct kvt_port *port, const struct kvt_peer_info *pi,
 }
 
 static int
-tcp_conn_accept(struct kvt_port *port, const struct kvt_peer_info *pi,
+tcp_conn_accept(struct kvt_port *port, const struct kvt_accept *a,
 		const uint8_t *req, size_t len, struct kvt_buf *rep,
 		struct kvt_conn **out);
 
@@ -1402,7 +1402,7 @@ register_token(struct kvt_port *port, void *arg)
 }
 
 static int
-tcp_conn_accept(struct kvt_port *port, const struct kvt_peer_info *pi,
+tcp_conn_accept(struct kvt_port *port, const struct kvt_accept *a,
 		const uint8_t *req, size_t len, struct kvt_buf *rep,
 		struct kvt_conn **out)
 {
@@ -1415,6 +1415,7 @@ tcp_conn_accept(struct kvt_port *port, const struct kvt_peer_info *pi,
 	c = calloc(1, sizeof(*c));
 	if (c == NULL)
 		return -ENOMEM;
+	kvt_conn_accept_init(&c->c, port, a);
 	if (getrandom(c->token, sizeof(c->token), 0) != sizeof(c->token)) {
 		free(c);
 		return -EIO;
@@ -1425,7 +1426,7 @@ tcp_conn_accept(struct kvt_port *port, const struct kvt_peer_info *pi,
 		return -ENOMEM;
 	}
 	kvt_inbox_init(c->inbox, 256);
-	ret = kvt_inbox_attach(c->inbox, pi->name);
+	ret = kvt_inbox_attach(c->inbox, a->info.name);
 	if (ret == 0)
 		ret = kvt_port_call(port, register_token, c, 5000);
 	if (ret == 0)
