@@ -35,6 +35,7 @@ struct kvt_engine *kvt_eng;
 static int kvt_eal_ours;
 static char kvt_eal_rundir[PATH_MAX];
 static int kvt_eal_defaults;	/* kvt chose the EAL arguments */
+static pid_t kvt_eal_pid;	/* the process that started EAL */
 
 #define KVT_EAL_PREFIX "kvt-"
 
@@ -107,6 +108,11 @@ rundirs_reap(const char *ours)
 static void
 eal_cleanup_at_exit(void)
 {
+	/* A child forked from us (a worker pool, a subprocess that never
+	 * execs) has our memory but none of our threads, and shares our
+	 * runtime directory: nothing here is its to stop or remove. */
+	if (getpid() != kvt_eal_pid)
+		return;
 	if (kvt_eng != NULL)
 		kvt_fini();
 	rte_eal_cleanup();
@@ -350,6 +356,7 @@ eal_start(int eal_argc, char **eal_argv)
 	snprintf(kvt_eal_rundir, sizeof(kvt_eal_rundir), "%s",
 		 rte_eal_get_runtime_dir());
 	rundirs_reap(kvt_eal_rundir);
+	kvt_eal_pid = getpid();
 	atexit(eal_cleanup_at_exit);
 	return 0;
 }
