@@ -1,0 +1,1123 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * kvt._kvt: the C API of include/kvt.h as module functions over plain
+ * handles (ints).  kvt/__init__.py builds the classes users see on top,
+ * and keeps handles from being used after they were freed.
+ *
+ * Every call that may wait or take a lock (init, registration, peer open,
+ * submission, wait, fences) runs without the GIL.  Errors raise OSError
+ * with the errno and the call that failed.  Arrays of addresses, lengths
+ * and page numbers come through the buffer protocol (numpy, array('Q'),
+ * bytes), so a batch of 100 000 blocks is one call.
+ *
+ * Limited API of Python 3.11 (the first with the buffer protocol in it).
+ */
+#define _GNU_SOURCE	/* fopencookie */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <rte_errno.h>
+#include <rte_log.h>
+
+#include "kvt.h"
+
+#define H(p) PyLong_FromVoidPtr((void *)(p))
+
+/*
+ * kvt says why it refused something on its log, from the thread that
+ * called it.  The log stream goes through here: each line is written to
+ * stderr as before and kept as this thread's last message, which the
+ * OSError then carries.
+ */
+static __thread char last_msg[512];
+
+static ssize_t
+log_write(void *cookie, const char *buf, size_t len)
+{
+	size_t n = len < sizeof(last_msg) - 1 ? len : sizeof(last_msg) - 1;
+
+	(void)cookie;
+	memcpy(last_msg, buf, n);
+	while (n > 0 && (last_msg[n - 1] == '\n' || last_msg[n - 1] == '\r'))
+		n--;
+	last_msg[n] = '\0';
+	if (write(STDERR_FILENO, buf, len) < 0)
+		return (ssize_t)len;	/* a closed stderr loses nothing else */
+	return (ssize_t)len;
+}
+
+static void
+log_capture(void)
+{
+	static const cookie_io_functions_t io = { .write = log_write };
+	FILE *f;
+
+	if (rte_log_get_stream() != stderr && rte_log_get_stream() != stdout)
+		return;	/* the application chose its own */
+	f = fopencookie(NULL, "w", io);
+	if (f != NULL) {
+		setvbuf(f, NULL, _IOLBF, 0);
+		rte_openlog_stream(f);
+	}
+}
+
+#define MSG_CLEAR() (last_msg[0] = '\0')
+
+static PyObject *
+raise_errno(int err, const char *what)
+{
+	PyObject *args;
+
+	if (err < 0)
+		err = -err;
+	if (last_msg[0] != '\0')
+		args = Py_BuildValue("(is)", err, last_msg);
+	else
+		args = Py_BuildValue("(is)", err, what);
+	if (args != NULL) {
+		PyErr_SetObject(PyExc_OSError, args);
+		Py_DECREF(args);
+	}
+	return NULL;
+}
+
+/* A handle argument: a non-zero int. */
+static int
+handle_arg(PyObject *o, void *out)
+{
+	void *p = PyLong_AsVoidPtr(o);
+
+	if (p == NULL) {
+		if (!PyErr_Occurred())
+			PyErr_SetString(PyExc_ValueError, "a closed or null handle");
+		return 0;
+	}
+	*(void **)out = p;
+	return 1;
+}
+
+/* A 64-bit unsigned int argument (an address or a length). */
+static int
+u64_arg(PyObject *o, void *out)
+{
+	unsigned long long v;
+
+	if (!PyLong_Check(o)) {
+		PyErr_Format(PyExc_TypeError, "an int is needed, not %s",
+			     Py_TYPE(o) == NULL ? "?" : "another type");
+		return 0;
+	}
+	v = PyLong_AsUnsignedLongLong(o);
+	if (v == (unsigned long long)-1 && PyErr_Occurred())
+		return 0;
+	*(uint64_t *)out = v;
+	return 1;
+}
+
+/* ---- arrays ---- */
+
+/*
+ * A column of n numbers: a buffer of 8-byte (or, where allowed, 4-byte)
+ * unsigned items, a sequence of ints, or (scalar_ok) one int repeated.
+ */
+struct column {
+	Py_buffer view;
+	int have_view;
+	uint64_t scalar;
+	int is_scalar;
+	uint64_t *owned;	/* a sequence, converted */
+	Py_ssize_t n;
+	int width;		/* bytes per item: 4 or 8 */
+};
+
+static int
+column_get(PyObject *o, struct column *c, int scalar_ok, int four_ok,
+	   const char *name)
+{
+	Py_ssize_t i, n;
+	PyObject *it;
+
+	memset(c, 0, sizeof(*c));
+	if (PyLong_Check(o)) {
+		if (!scalar_ok) {
+			PyErr_Format(PyExc_TypeError, "%s: an array is needed", name);
+			return -1;
+		}
+		if (!u64_arg(o, &c->scalar))
+			return -1;
+		c->is_scalar = 1;
+		c->n = -1;
+		return 0;
+	}
+	if (PyObject_CheckBuffer(o)) {
+		if (PyObject_GetBuffer(o, &c->view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0)
+			return -1;
+		c->have_view = 1;
+		if (c->view.itemsize != 8 && !(four_ok && c->view.itemsize == 4)) {
+			PyErr_Format(PyExc_TypeError,
+				     "%s: items of %zd bytes; 8-byte unsigned integers (uint64) are needed%s",
+				     name, c->view.itemsize,
+				     four_ok ? " (or uint32)" : "");
+			goto release;
+		}
+		if (c->view.format != NULL && strchr("QLKqlkIi", c->view.format[
+			strlen(c->view.format) - 1]) == NULL) {
+			PyErr_Format(PyExc_TypeError, "%s: format '%s' is not an integer array",
+				     name, c->view.format);
+			goto release;
+		}
+		c->width = (int)c->view.itemsize;
+		c->n = c->view.len / c->view.itemsize;
+		return 0;
+	}
+	n = PySequence_Size(o);
+	if (n < 0) {
+		PyErr_Clear();
+		PyErr_Format(PyExc_TypeError,
+			     "%s: an int array (buffer of uint64) or a sequence of ints is needed",
+			     name);
+		return -1;
+	}
+	c->owned = malloc((size_t)(n > 0 ? n : 1) * sizeof(uint64_t));
+	if (c->owned == NULL) {
+		PyErr_NoMemory();
+		return -1;
+	}
+	for (i = 0; i < n; i++) {
+		it = PySequence_GetItem(o, i);
+		if (it == NULL || !u64_arg(it, &c->owned[i])) {
+			Py_XDECREF(it);
+			free(c->owned);
+			c->owned = NULL;
+			return -1;
+		}
+		Py_DECREF(it);
+	}
+	c->width = 8;
+	c->n = n;
+	return 0;
+release:
+	PyBuffer_Release(&c->view);
+	c->have_view = 0;
+	return -1;
+}
+
+static inline uint64_t
+column_at(const struct column *c, Py_ssize_t i)
+{
+	if (c->is_scalar)
+		return c->scalar;
+	if (c->owned != NULL)
+		return c->owned[i];
+	if (c->width == 4)
+		return ((const uint32_t *)c->view.buf)[i];
+	return ((const uint64_t *)c->view.buf)[i];
+}
+
+static void
+column_put(struct column *c)
+{
+	if (c->have_view)
+		PyBuffer_Release(&c->view);
+	free(c->owned);
+	c->have_view = 0;
+	c->owned = NULL;
+}
+
+/* ---- engine ---- */
+
+static PyObject *
+py_init(PyObject *self, PyObject *args)
+{
+	PyObject *list, *item;
+	Py_ssize_t n, i;
+	char **argv;
+	int ret;
+
+	(void)self;
+	if (!PyArg_ParseTuple(args, "O", &list))
+		return NULL;
+	n = PySequence_Size(list);
+	if (n < 0)
+		return NULL;
+	argv = calloc((size_t)n + 2, sizeof(char *));
+	if (argv == NULL)
+		return PyErr_NoMemory();
+	argv[0] = strdup("kvt");
+	for (i = 0; i < n; i++) {
+		item = PySequence_GetItem(list, i);
+		if (item == NULL)
+			goto fail;
+		if (!PyUnicode_Check(item)) {
+			Py_DECREF(item);
+			PyErr_SetString(PyExc_TypeError, "engine arguments are strings");
+			goto fail;
+		}
+		argv[i + 1] = strdup(PyUnicode_AsUTF8AndSize(item, NULL));
+		Py_DECREF(item);
+		if (argv[i + 1] == NULL)
+			goto fail;
+	}
+	/* EAL keeps pointers into argv: it stays allocated. */
+	MSG_CLEAR();
+	Py_BEGIN_ALLOW_THREADS
+	ret = kvt_init((int)n + 1, argv);
+	Py_END_ALLOW_THREADS
+	if (ret < 0)
+		return raise_errno(ret, "kvt_init (the reason is in kvt's log)");
+	Py_RETURN_NONE;
+fail:
+	for (i = 0; i <= n; i++)
+		free(argv[i]);
+	free(argv);
+	if (!PyErr_Occurred())
+		PyErr_NoMemory();
+	return NULL;
+}
+
+static PyObject *
+py_fini(PyObject *self, PyObject *noargs)
+{
+	int ret;
+
+	(void)self;
+	(void)noargs;
+	MSG_CLEAR();
+	Py_BEGIN_ALLOW_THREADS
+	ret = kvt_fini();
+	Py_END_ALLOW_THREADS
+	if (ret < 0)
+		return raise_errno(ret, "kvt_fini");
+	Py_RETURN_NONE;
+}
+
+static PyObject *
+py_listen_addr(PyObject *self, PyObject *noargs)
+{
+	char buf[128];
+	int ret;
+
+	(void)self;
+	(void)noargs;
+	MSG_CLEAR();
+	ret = kvt_listen_addr(buf, sizeof(buf));
+	if (ret < 0)
+		return raise_errno(ret, "kvt_listen_addr");
+	return PyUnicode_FromString(buf);
+}
+
+static PyObject *
+py_name(PyObject *self, PyObject *noargs)
+{
+	const char *n = kvt_name();
+
+	(void)self;
+	(void)noargs;
+	if (n == NULL)
+		return raise_errno(ENODEV, "kvt_name: the engine is not running");
+	return PyUnicode_FromString(n);
+}
+
+static PyObject *
+py_set_idle(PyObject *self, PyObject *args)
+{
+	const char *policy;
+	int ret;
+
+	(void)self;
+	if (!PyArg_ParseTuple(args, "s", &policy))
+		return NULL;
+	MSG_CLEAR();
+	ret = kvt_set_idle(policy);
+	if (ret < 0)
+		return raise_errno(ret, "kvt_set_idle");
+	Py_RETURN_NONE;
+}
+
+/* ---- memory ---- */
+
+static PyObject *
+py_mem_register(PyObject *self, PyObject *args)
+{
+	uint64_t addr, len;
+	const char *loc = NULL;
+	unsigned int flags;
+	struct kvt_mem *m;
+	int err = 0;
+
+	(void)self;
+	if (!PyArg_ParseTuple(args, "O&O&zI", u64_arg, &addr, u64_arg, &len,
+			      &loc, &flags))
+		return NULL;
+	MSG_CLEAR();
+	Py_BEGIN_ALLOW_THREADS
+	m = kvt_mem_register((void *)(uintptr_t)addr, len, loc, flags);
+	if (m == NULL)
+		err = rte_errno;
+	Py_END_ALLOW_THREADS
+	if (m == NULL)
+		return raise_errno(err, "kvt_mem_register");
+	return H(m);
+}
+
+static PyObject *
+py_mem_unregister(PyObject *self, PyObject *args)
+{
+	void *m;
+	int ret;
+
+	(void)self;
+	if (!PyArg_ParseTuple(args, "O&", handle_arg, &m))
+		return NULL;
+	MSG_CLEAR();
+	Py_BEGIN_ALLOW_THREADS
+	ret = kvt_mem_unregister(m);
+	Py_END_ALLOW_THREADS
+	if (ret < 0)
+		return raise_errno(ret, "kvt_mem_unregister");
+	Py_RETURN_NONE;
+}
+
+static PyObject *
+py_mem_alloc(PyObject *self, PyObject *args)
+{
+	const char *loc = NULL;
+	uint64_t len;
+	void *p;
+	int err = 0;
+
+	(void)self;
+	if (!PyArg_ParseTuple(args, "O&z", u64_arg, &len, &loc))
+		return NULL;
+	MSG_CLEAR();
+	Py_BEGIN_ALLOW_THREADS
+	p = kvt_mem_alloc(len, loc);
+	if (p == NULL)
+		err = rte_errno;
+	Py_END_ALLOW_THREADS
+	if (p == NULL)
+		return raise_errno(err, "kvt_mem_alloc");
+	return H(p);
+}
+
+static PyObject *
+py_mem_free(PyObject *self, PyObject *args)
+{
+	uint64_t addr;
+	int ret;
+
+	(void)self;
+	if (!PyArg_ParseTuple(args, "O&", u64_arg, &addr))
+		return NULL;
+	MSG_CLEAR();
+	ret = kvt_mem_free((void *)(uintptr_t)addr);
+	if (ret < 0)
+		return raise_errno(ret, "kvt_mem_free");
+	Py_RETURN_NONE;
+}
+
+/* ---- peers ---- */
+
+static PyObject *
+py_peer_open(PyObject *self, PyObject *args)
+{
+	unsigned int timeout_ms = 0;
+	const char *addr;
+	struct kvt_peer *p;
+	int err = 0;
+
+	(void)self;
+	if (!PyArg_ParseTuple(args, "s|I", &addr, &timeout_ms))
+		return NULL;
+	MSG_CLEAR();
+	Py_BEGIN_ALLOW_THREADS
+	p = kvt_peer_open(addr, timeout_ms);
+	if (p == NULL)
+		err = rte_errno;
+	Py_END_ALLOW_THREADS
+	if (p == NULL)
+		return raise_errno(err, "kvt_peer_open");
+	return H(p);
+}
+
+static PyObject *
+py_peer_close(PyObject *self, PyObject *args)
+{
+	void *p;
+	int ret;
+
+	(void)self;
+	if (!PyArg_ParseTuple(args, "O&", handle_arg, &p))
+		return NULL;
+	MSG_CLEAR();
+	Py_BEGIN_ALLOW_THREADS
+	ret = kvt_peer_close(p);
+	Py_END_ALLOW_THREADS
+	if (ret < 0)
+		return raise_errno(ret, "kvt_peer_close");
+	Py_RETURN_NONE;
+}
+
+static PyObject *
+py_peer_state(PyObject *self, PyObject *args)
+{
+	void *p;
+	int ret;
+
+	(void)self;
+	if (!PyArg_ParseTuple(args, "O&", handle_arg, &p))
+		return NULL;
+	MSG_CLEAR();
+	ret = kvt_peer_state(p);
+	return PyLong_FromLong(ret);
+}
+
+static PyObject *
+py_peer_regions(PyObject *self, PyObject *args)
+{
+	struct kvt_region *r;
+	PyObject *list, *d;
+	void *p;
+	int n, i;
+
+	(void)self;
+	if (!PyArg_ParseTuple(args, "O&", handle_arg, &p))
+		return NULL;
+	MSG_CLEAR();
+	n = kvt_peer_regions(p, NULL, 0);
+	if (n < 0)
+		return raise_errno(n, "kvt_peer_regions");
+	r = calloc((size_t)n + 1, sizeof(*r));
+	if (r == NULL)
+		return PyErr_NoMemory();
+	MSG_CLEAR();
+	n = kvt_peer_regions(p, r, (unsigned int)n);
+	if (n < 0) {
+		free(r);
+		return raise_errno(n, "kvt_peer_regions");
+	}
+	list = PyList_New(0);
+	for (i = 0; list != NULL && i < n; i++) {
+		d = Py_BuildValue("{sKsKsIsIss}", "base", (unsigned long long)r[i].base,
+				  "len", (unsigned long long)r[i].len,
+				  "flags", r[i].flags, "fence_slots", r[i].fence_slots,
+				  "loc", r[i].loc);
+		if (d == NULL || PyList_Append(list, d) < 0) {
+			Py_XDECREF(d);
+			Py_CLEAR(list);
+			break;
+		}
+		Py_DECREF(d);
+	}
+	free(r);
+	return list;
+}
+
+static PyObject *
+py_peer_stats(PyObject *self, PyObject *args)
+{
+	struct kvt_peer_stats st;
+	void *p;
+	int ret;
+
+	(void)self;
+	if (!PyArg_ParseTuple(args, "O&", handle_arg, &p))
+		return NULL;
+	MSG_CLEAR();
+	ret = kvt_peer_stats(p, &st);
+	if (ret < 0)
+		return raise_errno(ret, "kvt_peer_stats");
+	return Py_BuildValue("{sKsKsK}", "write_bytes",
+			     (unsigned long long)st.write_bytes, "read_bytes",
+			     (unsigned long long)st.read_bytes, "errors",
+			     (unsigned long long)st.errors);
+}
+
+/* ---- batches ---- */
+
+static PyObject *
+py_batch_alloc(PyObject *self, PyObject *args)
+{
+	struct kvt_batch *b;
+	unsigned int n;
+	int err = 0;
+
+	(void)self;
+	if (!PyArg_ParseTuple(args, "I", &n))
+		return NULL;
+	MSG_CLEAR();
+	b = kvt_batch_alloc(n);
+	if (b == NULL)
+		err = rte_errno;
+	if (b == NULL)
+		return raise_errno(err, "kvt_batch_alloc");
+	return H(b);
+}
+
+static PyObject *
+py_batch_free(PyObject *self, PyObject *args)
+{
+	void *b;
+	int ret;
+
+	(void)self;
+	if (!PyArg_ParseTuple(args, "O&", handle_arg, &b))
+		return NULL;
+	MSG_CLEAR();
+	ret = kvt_batch_free(b);
+	if (ret < 0)
+		return raise_errno(ret, "kvt_batch_free");
+	Py_RETURN_NONE;
+}
+
+static PyObject *
+py_batch_reset(PyObject *self, PyObject *args)
+{
+	void *b;
+	int ret;
+
+	(void)self;
+	if (!PyArg_ParseTuple(args, "O&", handle_arg, &b))
+		return NULL;
+	MSG_CLEAR();
+	ret = kvt_batch_reset(b);
+	if (ret < 0)
+		return raise_errno(ret, "kvt_batch_reset");
+	Py_RETURN_NONE;
+}
+
+/*
+ * The options of a submission: flags, fence (table, slot, room) or None,
+ * notification bytes or None.  The notification's buffer is held until
+ * the call returns (kvt copies it at submit).
+ */
+static int
+opts_get(PyObject *flags, PyObject *fence, PyObject *note,
+	 struct kvt_submit_opts *o, Py_buffer *nb)
+{
+	unsigned long long table, room;
+	unsigned int slot;
+
+	memset(o, 0, sizeof(*o));
+	nb->obj = NULL;
+	o->flags = (uint32_t)PyLong_AsUnsignedLong(flags);
+	if (PyErr_Occurred())
+		return -1;
+	if (fence != Py_None) {
+		if (!PyArg_ParseTuple(fence, "KIK;fence is (table, slot, room)",
+				      &table, &slot, &room))
+			return -1;
+		o->flags |= KVT_SUBMIT_FENCE;
+		o->fence.table = table;
+		o->fence.slot = slot;
+		o->fence.room = room;
+	}
+	if (note != Py_None) {
+		if (PyObject_GetBuffer(note, nb, PyBUF_SIMPLE) < 0)
+			return -1;
+		if (nb->len > KVT_NOTIFY_MAX) {
+			PyBuffer_Release(nb);
+			nb->obj = NULL;
+			PyErr_Format(PyExc_ValueError,
+				     "a notification holds at most %d bytes",
+				     KVT_NOTIFY_MAX);
+			return -1;
+		}
+		o->notify = nb->buf;
+		o->notify_len = (uint32_t)nb->len;
+	}
+	return 0;
+}
+
+static void
+opts_put(Py_buffer *nb)
+{
+	if (nb->obj != NULL)
+		PyBuffer_Release(nb);
+}
+
+/*
+ * submit(batch, peer, op, locals, remotes, lens, flags, fence, note)
+ * locals/remotes: an int or an array; lens: an int or an array.
+ * -> index of the first request.
+ */
+static PyObject *
+py_submit(PyObject *self, PyObject *args)
+{
+	PyObject *ol, *or_, *on, *flags, *fence, *note;
+	struct column cl, cr, cn;
+	struct kvt_submit_opts o;
+	struct kvt_xfer one, *x = &one;
+	Py_ssize_t n = 1, i;
+	unsigned int op;
+	Py_buffer nb;
+	void *b, *p;
+	int ret;
+
+	(void)self;
+	if (!PyArg_ParseTuple(args, "O&O&IOOOOOO", handle_arg, &b, handle_arg, &p,
+			      &op, &ol, &or_, &on, &flags, &fence, &note))
+		return NULL;
+	if (column_get(ol, &cl, 1, 0, "local") < 0)
+		return NULL;
+	if (column_get(or_, &cr, 1, 0, "remote") < 0)
+		goto put_l;
+	if (column_get(on, &cn, 1, 0, "length") < 0)
+		goto put_r;
+	if (!cl.is_scalar)
+		n = cl.n;
+	else if (!cr.is_scalar)
+		n = cr.n;
+	else if (!cn.is_scalar)
+		n = cn.n;
+	if ((!cl.is_scalar && cl.n != n) || (!cr.is_scalar && cr.n != n) ||
+	    (!cn.is_scalar && cn.n != n)) {
+		PyErr_Format(PyExc_ValueError,
+			     "local, remote and length arrays differ in length");
+		goto put_n;
+	}
+	if (opts_get(flags, fence, note, &o, &nb) < 0)
+		goto put_n;
+	if (n > 1) {
+		x = malloc((size_t)n * sizeof(*x));
+		if (x == NULL) {
+			PyErr_NoMemory();
+			goto put_o;
+		}
+	}
+	MSG_CLEAR();
+	Py_BEGIN_ALLOW_THREADS
+	for (i = 0; i < n; i++)
+		x[i] = (struct kvt_xfer){ .op = op,
+			.local = (void *)(uintptr_t)column_at(&cl, i),
+			.remote = column_at(&cr, i), .len = column_at(&cn, i) };
+	ret = kvt_submit(b, p, x, (unsigned int)n, &o);
+	Py_END_ALLOW_THREADS
+	if (x != &one)
+		free(x);
+	opts_put(&nb);
+	column_put(&cn);
+	column_put(&cr);
+	column_put(&cl);
+	if (ret < 0)
+		return raise_errno(ret, "kvt_submit");
+	return PyLong_FromLong(ret);
+put_o:
+	opts_put(&nb);
+put_n:
+	column_put(&cn);
+put_r:
+	column_put(&cr);
+put_l:
+	column_put(&cl);
+	return NULL;
+}
+
+/* uint32 page numbers from a column (a copy when they are not uint32). */
+static uint32_t *
+pages_of(const struct column *c, uint32_t **owned)
+{
+	Py_ssize_t i;
+
+	*owned = NULL;
+	if (c->width == 4 && c->owned == NULL)
+		return c->view.buf;
+	*owned = malloc((size_t)(c->n > 0 ? c->n : 1) * sizeof(uint32_t));
+	if (*owned == NULL) {
+		PyErr_NoMemory();
+		return NULL;
+	}
+	for (i = 0; i < c->n; i++) {
+		uint64_t v = column_at(c, i);
+
+		if (v > UINT32_MAX) {
+			PyErr_Format(PyExc_ValueError, "page number %llu past 2^32",
+				     (unsigned long long)v);
+			free(*owned);
+			*owned = NULL;
+			return NULL;
+		}
+		(*owned)[i] = (uint32_t)v;
+	}
+	return *owned;
+}
+
+/*
+ * submit_pages(batch, peer, op, page_size, local, remote, local_idx,
+ *              remote_idx, flags, fence, note) -> index
+ */
+static PyObject *
+py_submit_pages(PyObject *self, PyObject *args)
+{
+	PyObject *oli, *ori, *flags, *fence, *note;
+	uint32_t *lo = NULL, *ro = NULL;
+	struct kvt_submit_opts o;
+	struct column cl, cr;
+	struct kvt_pages pg;
+	uint64_t psz, local, remote;
+	unsigned int op;
+	Py_buffer nb;
+	void *b, *p;
+	int ret = 0;
+
+	(void)self;
+	if (!PyArg_ParseTuple(args, "O&O&IO&O&O&OOOOO", handle_arg, &b, handle_arg, &p,
+			      &op, u64_arg, &psz, u64_arg, &local, u64_arg, &remote,
+			      &oli, &ori, &flags, &fence, &note))
+		return NULL;
+	if (column_get(oli, &cl, 0, 1, "local_idx") < 0)
+		return NULL;
+	if (column_get(ori, &cr, 0, 1, "remote_idx") < 0)
+		goto put_l;
+	if (cl.n != cr.n || cl.n == 0 || cl.n > UINT32_MAX) {
+		PyErr_Format(PyExc_ValueError,
+			     "local_idx and remote_idx must hold the same number (> 0) of pages");
+		goto put_r;
+	}
+	pg = (struct kvt_pages){ .op = op, .n = (uint32_t)cl.n, .page_size = psz,
+				 .local = (void *)(uintptr_t)local, .remote = remote };
+	pg.local_idx = pages_of(&cl, &lo);
+	if (pg.local_idx == NULL)
+		goto put_r;
+	pg.remote_idx = pages_of(&cr, &ro);
+	if (pg.remote_idx == NULL)
+		goto free_idx;
+	if (opts_get(flags, fence, note, &o, &nb) < 0)
+		goto free_idx;
+	MSG_CLEAR();
+	Py_BEGIN_ALLOW_THREADS
+	ret = kvt_submit_pages(b, p, &pg, &o);
+	Py_END_ALLOW_THREADS
+	opts_put(&nb);
+	free(lo);
+	free(ro);
+	column_put(&cr);
+	column_put(&cl);
+	if (ret < 0)
+		return raise_errno(ret, "kvt_submit_pages");
+	return PyLong_FromLong(ret);
+free_idx:
+	free(lo);
+	free(ro);
+put_r:
+	column_put(&cr);
+put_l:
+	column_put(&cl);
+	return NULL;
+}
+
+static PyObject *
+py_poll(PyObject *self, PyObject *args)
+{
+	void *b;
+	int ret;
+
+	(void)self;
+	if (!PyArg_ParseTuple(args, "O&", handle_arg, &b))
+		return NULL;
+	MSG_CLEAR();
+	ret = kvt_poll(b);
+	if (ret < 0)
+		return raise_errno(ret, "kvt_poll");
+	return PyLong_FromLong(ret);
+}
+
+/* wait(batch, timeout_us) -> True when all settled, False on timeout */
+static PyObject *
+py_wait(PyObject *self, PyObject *args)
+{
+	unsigned long long us;
+	void *b;
+	int ret;
+
+	(void)self;
+	if (!PyArg_ParseTuple(args, "O&K", handle_arg, &b, &us))
+		return NULL;
+	MSG_CLEAR();
+	Py_BEGIN_ALLOW_THREADS
+	ret = kvt_wait(b, us);
+	Py_END_ALLOW_THREADS
+	if (ret == -ETIMEDOUT)
+		Py_RETURN_FALSE;
+	if (ret < 0)
+		return raise_errno(ret, "kvt_wait");
+	Py_RETURN_TRUE;
+}
+
+/* status(batch, first, n=1) -> an int, or a list of n ints */
+static PyObject *
+py_status(PyObject *self, PyObject *args)
+{
+	unsigned int first, n = 0, i;
+	PyObject *list, *v;
+	void *b;
+
+	(void)self;
+	if (!PyArg_ParseTuple(args, "O&I|I", handle_arg, &b, &first, &n))
+		return NULL;
+	if (n == 0)
+		return PyLong_FromLong(kvt_status(b, first));
+	list = PyList_New(n);
+	for (i = 0; list != NULL && i < n; i++) {
+		v = PyLong_FromLong(kvt_status(b, first + i));
+		if (v == NULL || PyList_SetItem(list, i, v) < 0)
+			Py_CLEAR(list);
+	}
+	return list;
+}
+
+/* first_error(batch, first, n) -> 0 or the first request's error */
+static PyObject *
+py_first_error(PyObject *self, PyObject *args)
+{
+	unsigned int first, n, i;
+	void *b;
+	int st = 0;
+
+	(void)self;
+	if (!PyArg_ParseTuple(args, "O&II", handle_arg, &b, &first, &n))
+		return NULL;
+	for (i = 0; i < n && st == 0; i++)
+		st = kvt_status(b, first + i);
+	return PyLong_FromLong(st);
+}
+
+/* ---- fences ---- */
+
+static PyObject *
+py_fence_create(PyObject *self, PyObject *args)
+{
+	struct kvt_fence_table *ft;
+	const char *loc = NULL;
+	unsigned int n;
+	int err = 0;
+
+	(void)self;
+	if (!PyArg_ParseTuple(args, "I|z", &n, &loc))
+		return NULL;
+	MSG_CLEAR();
+	Py_BEGIN_ALLOW_THREADS
+	ft = kvt_fence_table_create(n, loc);
+	if (ft == NULL)
+		err = rte_errno;
+	Py_END_ALLOW_THREADS
+	if (ft == NULL)
+		return raise_errno(err, "kvt_fence_table_create");
+	return H(ft);
+}
+
+static PyObject *
+py_fence_destroy(PyObject *self, PyObject *args)
+{
+	void *ft;
+	int ret;
+
+	(void)self;
+	if (!PyArg_ParseTuple(args, "O&", handle_arg, &ft))
+		return NULL;
+	MSG_CLEAR();
+	ret = kvt_fence_table_destroy(ft);
+	if (ret < 0)
+		return raise_errno(ret, "kvt_fence_table_destroy");
+	Py_RETURN_NONE;
+}
+
+static PyObject *
+py_fence_handle(PyObject *self, PyObject *args)
+{
+	void *ft;
+
+	(void)self;
+	if (!PyArg_ParseTuple(args, "O&", handle_arg, &ft))
+		return NULL;
+	return PyLong_FromUnsignedLongLong(kvt_fence_table_handle(ft));
+}
+
+static PyObject *
+py_fence_arm(PyObject *self, PyObject *args)
+{
+	unsigned long long room;
+	unsigned int slot;
+	void *ft;
+	int ret;
+
+	(void)self;
+	if (!PyArg_ParseTuple(args, "O&IK", handle_arg, &ft, &slot, &room))
+		return NULL;
+	MSG_CLEAR();
+	ret = kvt_fence_arm(ft, slot, room);
+	if (ret < 0)
+		return raise_errno(ret, "kvt_fence_arm");
+	Py_RETURN_NONE;
+}
+
+/* fence_poll / fence_wait -> 0, -EAGAIN, -ESTALE, -ETIMEDOUT */
+static PyObject *
+py_fence_poll(PyObject *self, PyObject *args)
+{
+	unsigned int slot;
+	void *ft;
+	int ret;
+
+	(void)self;
+	if (!PyArg_ParseTuple(args, "O&I", handle_arg, &ft, &slot))
+		return NULL;
+	MSG_CLEAR();
+	ret = kvt_fence_poll(ft, slot);
+	if (ret == -EINVAL)
+		return raise_errno(ret, "kvt_fence_poll");
+	return PyLong_FromLong(ret);
+}
+
+static PyObject *
+py_fence_wait(PyObject *self, PyObject *args)
+{
+	unsigned long long us;
+	unsigned int slot;
+	void *ft;
+	int ret;
+
+	(void)self;
+	if (!PyArg_ParseTuple(args, "O&IK", handle_arg, &ft, &slot, &us))
+		return NULL;
+	MSG_CLEAR();
+	Py_BEGIN_ALLOW_THREADS
+	ret = kvt_fence_wait(ft, slot, us);
+	Py_END_ALLOW_THREADS
+	if (ret == -EINVAL)
+		return raise_errno(ret, "kvt_fence_wait");
+	return PyLong_FromLong(ret);
+}
+
+/* ---- notifications, ports ---- */
+
+/* notify_poll(max) -> [(peer name, bytes)] */
+static PyObject *
+py_notify_poll(PyObject *self, PyObject *args)
+{
+	struct kvt_notify_msg m[32];
+	unsigned int max = 32;
+	PyObject *list, *t;
+	int n, i;
+
+	(void)self;
+	if (!PyArg_ParseTuple(args, "|I", &max))
+		return NULL;
+	MSG_CLEAR();
+	n = kvt_notify_poll(m, max < 32 ? max : 32);
+	if (n < 0)
+		return raise_errno(n, "kvt_notify_poll");
+	list = PyList_New(0);
+	for (i = 0; list != NULL && i < n; i++) {
+		t = Py_BuildValue("(sy#)", m[i].peer, (const char *)m[i].data,
+				  (Py_ssize_t)m[i].len);
+		if (t == NULL || PyList_Append(list, t) < 0)
+			Py_CLEAR(list);
+		Py_XDECREF(t);
+	}
+	return list;
+}
+
+/* ports() -> [{name, pmd, lcore, numa, write_bytes, ...}] */
+static PyObject *
+py_ports(PyObject *self, PyObject *noargs)
+{
+	struct kvt_port_stats st;
+	struct kvt_port_info pi;
+	unsigned int i, n;
+	PyObject *list, *d;
+
+	(void)self;
+	(void)noargs;
+	MSG_CLEAR();
+	n = kvt_port_count();
+	list = PyList_New(0);
+	for (i = 0; list != NULL && i < n; i++) {
+		if (kvt_port_info(i, &pi) < 0 || kvt_port_stats(i, &st) < 0)
+			continue;
+		d = Py_BuildValue("{sssssIsisKsKsKsKsKsK}", "name", pi.name,
+				  "pmd", pi.pmd, "lcore", pi.lcore, "numa", pi.numa,
+				  "write_bytes", (unsigned long long)st.write_bytes,
+				  "read_bytes", (unsigned long long)st.read_bytes,
+				  "served_bytes", (unsigned long long)st.served_bytes,
+				  "slices", (unsigned long long)st.slices,
+				  "errors", (unsigned long long)st.errors,
+				  "retries", (unsigned long long)st.retries);
+		if (d == NULL || PyList_Append(list, d) < 0)
+			Py_CLEAR(list);
+		Py_XDECREF(d);
+	}
+	return list;
+}
+
+static PyMethodDef methods[] = {
+	{ "init", py_init, METH_VARARGS, "kvt_init(args)" },
+	{ "fini", py_fini, METH_NOARGS, "kvt_fini()" },
+	{ "listen_addr", py_listen_addr, METH_NOARGS, "kvt_listen_addr()" },
+	{ "name", py_name, METH_NOARGS, "kvt_name()" },
+	{ "set_idle", py_set_idle, METH_VARARGS, "kvt_set_idle(policy)" },
+	{ "mem_register", py_mem_register, METH_VARARGS, "(addr, len, loc, flags) -> handle" },
+	{ "mem_unregister", py_mem_unregister, METH_VARARGS, "(handle)" },
+	{ "mem_alloc", py_mem_alloc, METH_VARARGS, "(len, loc) -> addr" },
+	{ "mem_free", py_mem_free, METH_VARARGS, "(addr)" },
+	{ "peer_open", py_peer_open, METH_VARARGS, "(addr, timeout_ms=0) -> handle" },
+	{ "peer_close", py_peer_close, METH_VARARGS, "(handle)" },
+	{ "peer_state", py_peer_state, METH_VARARGS, "(handle) -> state" },
+	{ "peer_regions", py_peer_regions, METH_VARARGS, "(handle) -> [dict]" },
+	{ "peer_stats", py_peer_stats, METH_VARARGS, "(handle) -> dict" },
+	{ "batch_alloc", py_batch_alloc, METH_VARARGS, "(n) -> handle" },
+	{ "batch_free", py_batch_free, METH_VARARGS, "(handle)" },
+	{ "batch_reset", py_batch_reset, METH_VARARGS, "(handle)" },
+	{ "submit", py_submit, METH_VARARGS,
+	  "(batch, peer, op, local, remote, length, flags, fence, note) -> first" },
+	{ "submit_pages", py_submit_pages, METH_VARARGS,
+	  "(batch, peer, op, page_size, local, remote, local_idx, remote_idx, flags, fence, note) -> index" },
+	{ "poll", py_poll, METH_VARARGS, "(batch) -> pending" },
+	{ "wait", py_wait, METH_VARARGS, "(batch, timeout_us) -> settled" },
+	{ "status", py_status, METH_VARARGS, "(batch, first, n=0) -> int or [int]" },
+	{ "first_error", py_first_error, METH_VARARGS, "(batch, first, n) -> 0 or errno" },
+	{ "fence_create", py_fence_create, METH_VARARGS, "(nslots, loc=None) -> handle" },
+	{ "fence_destroy", py_fence_destroy, METH_VARARGS, "(handle)" },
+	{ "fence_handle", py_fence_handle, METH_VARARGS, "(handle) -> table id for senders" },
+	{ "fence_arm", py_fence_arm, METH_VARARGS, "(handle, slot, room)" },
+	{ "fence_poll", py_fence_poll, METH_VARARGS, "(handle, slot) -> 0/-EAGAIN/-ESTALE" },
+	{ "fence_wait", py_fence_wait, METH_VARARGS, "(handle, slot, us) -> 0/-ESTALE/-ETIMEDOUT" },
+	{ "notify_poll", py_notify_poll, METH_VARARGS, "(max=32) -> [(peer, bytes)]" },
+	{ "ports", py_ports, METH_NOARGS, "() -> [dict]" },
+	{ NULL, NULL, 0, NULL },
+};
+
+static int
+add_consts(PyObject *m)
+{
+	return PyModule_AddIntConstant(m, "OP_READ", KVT_OP_READ) ||
+		PyModule_AddIntConstant(m, "OP_WRITE", KVT_OP_WRITE) ||
+		PyModule_AddIntConstant(m, "MEM_REMOTE_READ", KVT_MEM_REMOTE_READ) ||
+		PyModule_AddIntConstant(m, "MEM_REMOTE_WRITE", KVT_MEM_REMOTE_WRITE) ||
+		PyModule_AddIntConstant(m, "SUBMIT_ALLOW_OVERLAP",
+					KVT_SUBMIT_ALLOW_OVERLAP) ||
+		PyModule_AddIntConstant(m, "NOTIFY_MAX", KVT_NOTIFY_MAX);
+}
+
+static struct PyModuleDef module = {
+	PyModuleDef_HEAD_INIT, "_kvt",
+	"kvt's C API over plain handles; use the kvt package instead.",
+	-1, methods, NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC
+PyInit__kvt(void)
+{
+	PyObject *m = PyModule_Create(&module);
+
+	log_capture();
+	if (m != NULL && add_consts(m) < 0)
+		Py_CLEAR(m);
+	return m;
+}

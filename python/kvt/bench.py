@@ -1,0 +1,252 @@
+# SPDX-License-Identifier: BSD-3-Clause
+"""python -m kvt.bench: the Python binding beside kvfwd, in one run.
+
+Two local processes (this one and a target it starts), the same grid of
+blocks and batches kvfwd measures, then one 4 KiB write at a time
+(submit + wait, as a synchronous call does).  Each row gives the binding's
+number, kvfwd's from the same run and their ratio.  With --mooncake and
+Mooncake's wheel importable, its TransferEngine (tcp) runs the same grid
+beside kvt's compat class.
+
+    python -m kvt.bench [--transport shm|tcp] [--total 256M] [--kvfwd PATH]
+                        [--mooncake] [--json]
+"""
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+GRID = [(4096, 128), (65536, 128), (1 << 20, 128), (16 << 20, 16)]
+IDLE = "sleep:100"
+
+
+def size(text):
+    mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    t = text.upper().rstrip("IB")
+    return int(float(t[:-1]) * mult[t[-1]]) if t[-1] in mult else int(t)
+
+
+# ---- the target process ----
+
+def target_main(transport, buf_len, compat):
+    """Serve a buffer; print its address line; exit when stdin closes."""
+    import numpy as np
+    buf = np.zeros(buf_len, dtype=np.uint8)
+    if compat:
+        from kvt.compat.mooncake import TransferEngine
+        te = TransferEngine()
+        if te.initialize("127.0.0.1", "P2PHANDSHAKE", transport, "") != 0:
+            sys.exit(1)
+        te.register_memory(buf.ctypes.data, buf_len)
+        addr = "127.0.0.1:%d" % te.get_rpc_port()
+    else:
+        import kvt
+        eng = kvt.Engine(["--kvt-pmd", transport, "--kvt-idle", IDLE,
+                          "--kvt-listen", "127.0.0.1:0"])
+        eng.register(buf.ctypes.data, buf_len)
+        addr = eng.listen_addr
+    print("%s %d" % (addr, buf.ctypes.data), flush=True)
+    sys.stdin.read()
+
+
+def start_target(transport, buf_len, compat=False, mooncake=False):
+    code = ("import sys; from kvt.bench import target_main, mooncake_target;"
+            "(mooncake_target if %r else target_main)(%r, %d, %r)" %
+            (mooncake, transport, buf_len, compat))
+    p = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, text=True)
+    line = p.stdout.readline().split()
+    if len(line) != 2:
+        p.kill()
+        raise RuntimeError("the target did not start")
+    return p, line[0], int(line[1])
+
+
+def mooncake_target(transport, buf_len, compat):
+    import numpy as np
+    from mooncake.engine import TransferEngine
+    buf = np.zeros(buf_len, dtype=np.uint8)
+    te = TransferEngine()
+    if te.initialize("127.0.0.1", "P2PHANDSHAKE", transport, "") != 0:
+        sys.exit(1)
+    te.register_memory(buf.ctypes.data, buf_len)
+    print("127.0.0.1:%d %d" % (te.get_rpc_port(), buf.ctypes.data), flush=True)
+    sys.stdin.read()
+
+
+# ---- the measurements ----
+
+def native_grid(transport, total, buf_len):
+    import numpy as np
+    import kvt
+    t, addr, rbase = start_target(transport, buf_len)
+    rows = {}
+    try:
+        eng = kvt.Engine(["--kvt-pmd", transport, "--kvt-idle", IDLE,
+                          "--kvt-listen", "127.0.0.1:0"])
+        src = np.ones(buf_len, dtype=np.uint8)
+        eng.register(src.ctypes.data, buf_len, remote="")
+        peer = eng.open_peer(addr)
+        for block, batch in GRID:
+            n = min(batch, buf_len // block)
+            offs = np.arange(n, dtype=np.uint64) * np.uint64(block)
+            local = offs + np.uint64(src.ctypes.data)
+            remote = offs + np.uint64(rbase)
+            rounds = max(1, total // (block * n))
+            b = eng.batch(n)
+            b.write(peer, local, remote, block)      # warm-up
+            b.wait(60)
+            b.reset()
+            t0 = time.perf_counter()
+            for _ in range(rounds):
+                b.write(peer, local, remote, block)
+                b.wait(60)
+                b.check(0, n)
+                b.reset()
+            dt = time.perf_counter() - t0
+            rows[(block, batch)] = rounds * n * block / dt / 1e9
+            b.close()
+        rows["lat"] = latency(lambda b: (b.write(peer, src.ctypes.data, rbase,
+                                                 4096), b.wait(10), b.reset()),
+                              eng.batch(1))
+        eng.close()
+    finally:
+        t.stdin.close()
+        t.wait(30)
+    return rows
+
+
+def latency(one, b, n=3000):
+    lat = []
+    for i in range(n + 200):
+        t0 = time.perf_counter()
+        one(b)
+        if i >= 200:
+            lat.append((time.perf_counter() - t0) * 1e6)
+    lat.sort()
+    return (lat[len(lat) // 2], lat[int(len(lat) * 0.99)])
+
+
+def engine_grid(transport, total, buf_len, mooncake=False):
+    """The same grid through a TransferEngine: kvt's compat class or
+    Mooncake's own."""
+    import numpy as np
+    if mooncake:
+        from mooncake.engine import TransferEngine
+    else:
+        from kvt.compat.mooncake import TransferEngine
+    t, addr, rbase = start_target(transport, buf_len, compat=not mooncake,
+                                  mooncake=mooncake)
+    rows = {}
+    try:
+        te = TransferEngine()
+        if te.initialize("127.0.0.1", "P2PHANDSHAKE", transport, "") != 0:
+            raise RuntimeError("initialize failed")
+        src = np.ones(buf_len, dtype=np.uint8)
+        te.register_memory(src.ctypes.data, buf_len)
+        for block, batch in GRID:
+            n = min(batch, buf_len // block)
+            local = [src.ctypes.data + i * block for i in range(n)]
+            remote = [rbase + i * block for i in range(n)]
+            lens = [block] * n
+            rounds = max(1, total // (block * n))
+            te.batch_transfer_sync_write(addr, local, remote, lens)
+            t0 = time.perf_counter()
+            for _ in range(rounds):
+                if te.batch_transfer_sync_write(addr, local, remote, lens) != 0:
+                    raise RuntimeError("a batch failed")
+            rows[(block, batch)] = rounds * n * block / (time.perf_counter() - t0) / 1e9
+        rows["lat"] = latency(lambda _: te.transfer_sync_write(
+            addr, src.ctypes.data, rbase, 4096), None)
+    finally:
+        t.stdin.close()
+        t.wait(30)
+    return rows
+
+
+def kvfwd_grid(kvfwd, transport, total):
+    rows = {}
+    base = [kvfwd, "--", "--kvt-pmd", transport, "--kvt-idle", IDLE,
+            "loopback", "--op", "write", "--json"]
+    for block, batch in GRID:
+        out = subprocess.run(base + ["--block", str(block), "--batch", str(batch),
+                                     "--total", str(max(total, block * batch))],
+                             capture_output=True, text=True, timeout=600)
+        rows[(block, batch)] = json.loads(out.stdout)["gbps"] if out.returncode == 0 else None
+    out = subprocess.run(base + ["--block", "4096", "--batch", "1", "--total",
+                                 str(3200 * 4096)],
+                         capture_output=True, text=True, timeout=600)
+    if out.returncode == 0:
+        r = json.loads(out.stdout)
+        rows["lat"] = (r["req_p50_us"], r["req_p99_us"])
+    return rows
+
+
+def find_kvfwd(given):
+    for c in (given, os.environ.get("KVT_KVFWD"), shutil.which("kvfwd"),
+              os.path.join(os.path.dirname(__file__), "..", "..", "apps",
+                           "kvfwd", "kvfwd")):
+        if c and os.path.isfile(c) and os.access(c, os.X_OK):
+            return c
+    return None
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(prog="python -m kvt.bench")
+    ap.add_argument("--transport", default="shm", choices=["shm", "tcp"])
+    ap.add_argument("--total", default="256M", type=size)
+    ap.add_argument("--kvfwd", default=None)
+    ap.add_argument("--mooncake", action="store_true",
+                    help="also Mooncake's TransferEngine beside kvt's compat class")
+    ap.add_argument("--json", action="store_true")
+    a = ap.parse_args(argv)
+    buf_len = 256 << 20
+    res = {"native": native_grid(a.transport, a.total, buf_len)}
+    kvfwd = find_kvfwd(a.kvfwd)
+    res["kvfwd"] = kvfwd_grid(kvfwd, a.transport, a.total) if kvfwd else {}
+    if a.mooncake:
+        res["compat"] = engine_grid(a.transport, a.total, buf_len)
+        try:
+            import mooncake.engine  # noqa: F401
+            res["mooncake"] = engine_grid(a.transport, a.total, buf_len, True)
+        except ImportError:
+            print("mooncake is not importable: no side-by-side", file=sys.stderr)
+    report(res, a.transport, a.json)
+    return 0
+
+
+def ratio(a, b):
+    return "%.2f" % (a / b) if a and b else "-"
+
+
+def report(res, transport, as_json):
+    cols = [c for c in ("native", "kvfwd", "compat", "mooncake") if c in res]
+    if as_json:
+        out = {c: {("%dx%d" % k if isinstance(k, tuple) else k): v
+                   for k, v in res[c].items()} for c in cols}
+        print(json.dumps({"transport": transport, **out}))
+        return
+    print("kvt.bench over %s: GB/s (4K row: p50/p99 us of one sync write)" % transport)
+    print("%-12s" % "block x batch" + "".join("%12s" % c for c in cols) +
+          "  native/kvfwd" + ("  compat/mooncake" if "mooncake" in res else ""))
+    for k in GRID:
+        vals = [res[c].get(k) for c in cols]
+        line = "%-12s" % ("%dK x %d" % (k[0] >> 10, k[1]))
+        line += "".join("%12s" % ("%.2f" % v if v else "-") for v in vals)
+        line += "  %12s" % ratio(res["native"].get(k), res["kvfwd"].get(k))
+        if "mooncake" in res:
+            line += "  %15s" % ratio(res["compat"].get(k), res["mooncake"].get(k))
+        print(line)
+    vals = [res[c].get("lat") for c in cols]
+    print("%-12s" % "4K sync" + "".join(
+        "%12s" % ("%.1f/%.1f" % v if v else "-") for v in vals))
+    n, k = res["native"].get("lat"), res["kvfwd"].get("lat")
+    if n and k:
+        print("binding adds %.2f us at p50 over kvfwd" % (n[0] - k[0]))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,2 @@
+# SPDX-License-Identifier: BSD-3-Clause
+"""Drop-in classes with other transfer engines' interfaces, over kvt."""
