@@ -384,7 +384,9 @@ slice_retry(struct kvt_desc *d, struct kvt_req *r, struct kvt_sub *s)
 		alt = r->fallback & ~(1u << d->port) & live_conns(s->peer);
 	if (alt == 0)
 		return 0;
-	to = kvt_stripe_pick(alt, d->len, s->b->seq + tries);
+	/* The batch's pick counter belongs to the submitting thread; a
+	 * retry on the lcore turns with the descriptor's own address. */
+	to = kvt_stripe_pick(alt, d->len, ((uintptr_t)d >> 7) + tries);
 	kvt_eng->ports[d->port]->st.retries++;
 	d->port = (uint16_t)to;
 	d->conn = s->peer->conn[to];
