@@ -357,6 +357,14 @@ sock_close(struct kvt_port *port, struct tcp_sock *s, int err)
 	unsigned int i;
 
 	if (s->fd >= 0) {
+		/* Work in flight makes it news; an idle one is not. */
+		if (err != -ECANCELED)
+			rte_log(s->wq != NULL || s->txq != NULL ? RTE_LOG_NOTICE :
+				RTE_LOG_DEBUG, tcp_logtype,
+				"kvt.tcp: port %s: %s socket %d closed with work %s: %s\n",
+				port->name, s->server ? "target" : "initiator", s->fd,
+				s->wq != NULL || s->txq != NULL ? "in flight" : "none",
+				strerror(-err));
 		epoll_ctl(tp->epfd, EPOLL_CTL_DEL, s->fd, NULL);
 		close(s->fd);
 		s->fd = -1;
