@@ -5,10 +5,15 @@
 
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <sys/types.h>
 
 /* Microseconds of CLOCK_MONOTONIC. */
 uint64_t tc_now_us(void);
+
+/* The peers and kvfwd the tests start are ThreadSanitizer builds
+ * (meson -Dtest_peers: scripts/test with SANITIZE=thread). */
+#define tc_tsan_peers() (getenv("KVT_TEST_TSAN_PEERS") != NULL)
 /* Fill p with a pattern unique to seed (and to each 8-byte position). */
 void tc_fill(void *p, size_t len, uint64_t seed);
 uint64_t tc_hash(const void *p, size_t len);

@@ -18,6 +18,8 @@
 #include <signal.h>
 #include <time.h>
 
+#include "test_common.h"
+
 static char kvfwd_bin[PATH_MAX];
 
 static void
@@ -304,6 +306,8 @@ Test(kvfwd, warm_up_is_quick, .timeout = 120)
 	char out[16384];
 	double t0 = now_s();
 
+	if (tc_tsan_peers())
+		cr_skip_test("a time bound, and a ThreadSanitizer kvfwd runs many times slower");
 	cr_assert_eq(run("-- --kvt-idle sleep:50 --kvt-pmd tcp --kvt-nic lo loopback --block 4K --batch 1 --buffer 256M --total 1M",
 			 out, sizeof(out)), 0, "%s", out);
 	cr_assert_lt(now_s() - t0, 15.0, "took %.1f s", now_s() - t0);

@@ -606,6 +606,27 @@ Test(rdma, rail_down_and_back, .timeout = 120, .fini = rails_fini)
 	free(x);
 }
 
+/* The peer received notifications "<prefix>0" .. "<prefix>n-1", each
+ * exactly once. */
+static void
+notes_once(struct tc_peer *t, char prefix, unsigned int n)
+{
+	char *notes = malloc(8192), want[16], *q;
+	unsigned int i, c;
+
+	/* " TEXT@peer" each, the first without its space. */
+	notes[0] = ' ';
+	cr_assert_eq(tc_peer_cmd(t, notes + 1, 8191, "notes 300000"), 0);
+	for (i = 0; i < n; i++) {
+		snprintf(want, sizeof(want), " %c%u@", prefix, i);
+		for (c = 0, q = notes; (q = strstr(q, want)) != NULL; q++)
+			c++;
+		cr_assert_eq(c, 1, "notification %c%u delivered %u times", prefix,
+			     i, c);
+	}
+	free(notes);
+}
+
 /*
  * A rail cut under submissions that each carry a fence and a notification:
  * the tails caught on the cut rail move to the other, so every request
@@ -618,15 +639,14 @@ Test(rdma, rail_cut_moves_tails, .timeout = 120, .fini = rails_fini)
 	const uint64_t len = MiB / 4;
 	struct kvt_submit_opts o = { .flags = KVT_SUBMIT_FENCE };
 	struct kvt_port_stats st;
-	char note[16], *notes = malloc(8192);
+	char note[16];
 	struct kvt_xfer x;
 	struct kvt_batch *b;
 	struct tc_peer t;
 	struct kvt_peer *p;
 	uint8_t *src = malloc(n * len);
 	uint64_t base, ft;
-	unsigned int i, c;
-	char *q;
+	unsigned int i;
 
 	rails("mlx5_0,mlx5_1");
 	vd_rail("mlx5_1")->rate_mbps = 16000;	/* 2 GB/s: long enough to cut */
@@ -663,20 +683,11 @@ Test(rdma, rail_cut_moves_tails, .timeout = 120, .fini = rails_fini)
 			     "fence %u did not land with its room", i);
 	cr_assert_eq(tc_peer_u64(&t, 16, "sum 0 0 %" PRIu64, n * len),
 		     tc_hash(src, n * len));
-	/* " TEXT@peer" each, the first without its space. */
-	notes[0] = ' ';
-	cr_assert_eq(tc_peer_cmd(&t, notes + 1, 8191, "notes 300000"), 0);
-	for (i = 0; i < n; i++) {
-		snprintf(note, sizeof(note), " t%u@", i);
-		for (c = 0, q = notes; (q = strstr(q, note)) != NULL; q++)
-			c++;
-		cr_assert_eq(c, 1, "notification t%u delivered %u times", i, c);
-	}
+	notes_once(&t, 't', n);
 	kvt_batch_free(b);
 	kvt_peer_close(p);
 	tc_peer_stop(&t);
 	kvt_fini();
-	free(notes);
 	free(src);
 }
 
@@ -689,15 +700,14 @@ Test(rdma, lost_ack_notification_once, .timeout = 120, .fini = rails_fini)
 {
 	const unsigned int n = 32;
 	struct kvt_submit_opts o = { 0 };
-	char note[16], *notes = malloc(8192);
+	char note[16];
 	struct kvt_xfer x;
 	struct kvt_batch *b;
 	struct tc_peer t;
 	struct kvt_peer *p;
 	uint8_t *src = malloc(n * 4096);
 	uint64_t base;
-	unsigned int i, c;
-	char *q;
+	unsigned int i;
 
 	rails("mlx5_0,mlx5_1");
 	cr_assert_geq(tc_engine_init(OPTS), 0);
@@ -722,19 +732,11 @@ Test(rdma, lost_ack_notification_once, .timeout = 120, .fini = rails_fini)
 	cr_assert_eq(vd_rail("mlx5_0")->lose_send_ack +
 		     vd_rail("mlx5_1")->lose_send_ack, 0,
 		     "a lost acknowledgement was not staged");
-	notes[0] = ' ';
-	cr_assert_eq(tc_peer_cmd(&t, notes + 1, 8191, "notes 300000"), 0);
-	for (i = 0; i < n; i++) {
-		snprintf(note, sizeof(note), " m%u@", i);
-		for (c = 0, q = notes; (q = strstr(q, note)) != NULL; q++)
-			c++;
-		cr_assert_eq(c, 1, "notification m%u delivered %u times", i, c);
-	}
+	notes_once(&t, 'm', n);
 	kvt_batch_free(b);
 	kvt_peer_close(p);
 	tc_peer_stop(&t);
 	kvt_fini();
-	free(notes);
 	free(src);
 }
 

@@ -93,17 +93,29 @@ rcu_reader(void *arg)
 				 g->n, last);
 		last = g->n;
 		kvt_rcu_read_unlock(tok);
-		(*reads)++;
+		/* Only this thread writes it; the writer watches it. */
+		__atomic_store_n(reads, *reads + 1, __ATOMIC_RELAXED);
 	}
 	return NULL;
+}
+
+static uint64_t
+reads_sum(const uint64_t *reads)
+{
+	uint64_t total = 0;
+	unsigned int i;
+
+	for (i = 0; i < THREADS; i++)
+		total += __atomic_load_n(&reads[i], __ATOMIC_RELAXED);
+	return total;
 }
 
 Test(stress, rcu_readers_never_see_freed, .timeout = 120)
 {
 	pthread_t th[THREADS];
-	uint64_t reads[THREADS] = { 0 }, total = 0;
+	uint64_t reads[THREADS] = { 0 }, total = 0, t0;
 	struct gen *g, *old;
-	unsigned int i;
+	unsigned int i, n;
 
 	workers_reset();
 	published = calloc(1, sizeof(*published));
@@ -112,7 +124,11 @@ Test(stress, rcu_readers_never_see_freed, .timeout = 120)
 		pthread_create(&th[i], NULL, rcu_reader, &reads[i]);
 	while (__atomic_load_n(&readers_up, __ATOMIC_ACQUIRE) < THREADS)
 		usleep(1000);
-	for (i = 1; i <= 3000 && !failed; i++) {
+	/* 3000 replacements at least, and on until the readers made 100 000
+	 * reads among them (a sanitizer slows them ten times), 60 s at most. */
+	t0 = tc_now_us();
+	for (i = 1; (i <= 3000 || reads_sum(reads) <= 100000) && !failed &&
+	     tc_now_us() - t0 < 60000000; i++) {
 		g = malloc(sizeof(*g));
 		g->alive = 0xa11ce;
 		g->n = i;
@@ -122,13 +138,14 @@ Test(stress, rcu_readers_never_see_freed, .timeout = 120)
 		old->alive = 0xdead;
 		free(old);
 	}
+	n = i - 1;
 	__atomic_store_n(&stop, 1, __ATOMIC_RELEASE);
 	for (i = 0; i < THREADS; i++) {
 		pthread_join(th[i], NULL);
 		total += reads[i];
 	}
 	check_workers();
-	cr_log_info("rcu: 3000 replacements, %" PRIu64 " reads", total);
+	cr_log_info("rcu: %u replacements, %" PRIu64 " reads", n, total);
 	cr_assert_gt(total, 100000, "the readers hardly ran");
 	free(published);
 }
@@ -146,16 +163,25 @@ struct ov_arg {
 	uint64_t taken, refused;
 };
 
+#define SETS 64
+
 static void *
 overlap_worker(void *arg)
 {
 	struct ov_arg *a = arg;
 	unsigned int seed = a->id * 7919 + 1, i, k, n, lo, len;
-	struct kvt_range r[3];
-	struct kvt_claim c;
+	/* Other threads may still read a dropped claim and its ranges in
+	 * their RCU read sections: like a batch, a worker reuses that
+	 * memory only after kvt_rcu_synchronize(), once per SETS claims. */
+	struct kvt_range rs[SETS][3], *r;
+	struct kvt_claim cs[SETS], *cp;
 	uint8_t want;
 
 	for (i = 0; i < 300000 && !__atomic_load_n(&stop, __ATOMIC_ACQUIRE); i++) {
+		if (i % SETS == 0)
+			kvt_rcu_synchronize();
+		r = rs[i % SETS];
+		cp = &cs[i % SETS];
 		/* One to three sorted, disjoint ranges. */
 		n = 1 + rand_r(&seed) % 3;
 		lo = rand_r(&seed) % (CELLS / 2);
@@ -170,7 +196,7 @@ overlap_worker(void *arg)
 		n = k;
 		if (n == 0)
 			continue;
-		if (kvt_claim_take(claims, &c, r, n) != 0) {
+		if (kvt_claim_take(claims, cp, r, n) != 0) {
 			a->refused++;
 			continue;
 		}
@@ -189,7 +215,7 @@ overlap_worker(void *arg)
 		for (k = 0; k < n; k++)
 			for (lo = (unsigned int)(r[k].lo / CELL); lo < r[k].hi / CELL; lo++)
 				__atomic_store_n(&owner[lo], 0, __ATOMIC_RELEASE);
-		kvt_claim_drop(&c);
+		kvt_claim_drop(cp);
 	}
 	return NULL;
 }
