@@ -221,6 +221,28 @@ class Batch(_Child):
         return self._pages(OP_READ, peer, page_size, local, remote,
                            local_idx, remote_idx, fence, notify, allow_overlap)
 
+    def write_sync(self, peer, local, remote, length, timeout=10.0):
+        """One write, waited for: None once its bytes are placed; OSError
+        when it failed or was refused, TimeoutError when it is still
+        pending after timeout seconds (the batch then keeps it).  The
+        batch must be empty; it is empty again afterwards."""
+        self._sync(OP_WRITE, peer, local, remote, length, timeout)
+
+    def read_sync(self, peer, local, remote, length, timeout=10.0):
+        """One read, waited for; as write_sync()."""
+        self._sync(OP_READ, peer, local, remote, length, timeout)
+
+    def _sync(self, op, peer, local, remote, length, timeout):
+        st = _kvt.xfer_sync(self._handle(), peer._handle(), op, local, remote,
+                            length, int(timeout * 1e6))
+        if st == 0:
+            return
+        if st == -errno.ETIMEDOUT and self.poll() > 0:
+            self.used = 1
+            raise TimeoutError(errno.ETIMEDOUT,
+                               "still pending after %.3f s" % timeout)
+        raise OSError(-st, "transfer failed: %s" % os.strerror(-st))
+
     def poll(self):
         """Requests not yet settled (no waiting)."""
         return _kvt.poll(self._handle())

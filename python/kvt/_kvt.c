@@ -719,6 +719,46 @@ put_l:
 	return NULL;
 }
 
+/*
+ * xfer_sync(batch, peer, op, local, remote, length, timeout_us) -> status
+ * One request, waited for, its status read and the batch emptied, in one
+ * call without the GIL: a synchronous transfer's Python cost is this
+ * call alone.  -ETIMEDOUT leaves the batch as it is (still pending).
+ */
+static PyObject *
+py_xfer_sync(PyObject *self, PyObject *args)
+{
+	unsigned long long us;
+	struct kvt_xfer x;
+	uint64_t local, remote, len;
+	unsigned int op;
+	void *b, *p;
+	int ret, first;
+
+	(void)self;
+	if (!PyArg_ParseTuple(args, "O&O&IO&O&O&K", handle_arg, &b, handle_arg, &p,
+			      &op, u64_arg, &local, u64_arg, &remote, u64_arg, &len,
+			      &us))
+		return NULL;
+	x = (struct kvt_xfer){ .op = op, .local = (void *)(uintptr_t)local,
+			       .remote = remote, .len = len };
+	MSG_CLEAR();
+	Py_BEGIN_ALLOW_THREADS
+	first = kvt_submit(b, p, &x, 1, NULL);
+	ret = first;
+	if (first >= 0) {
+		ret = kvt_wait(b, us);
+		if (ret == 0) {
+			ret = kvt_status(b, (unsigned int)first);
+			kvt_batch_reset(b);
+		}
+	}
+	Py_END_ALLOW_THREADS
+	if (first < 0)
+		return raise_errno(first, "kvt_submit");
+	return PyLong_FromLong(ret);
+}
+
 /* uint32 page numbers from a column (a copy when they are not uint32). */
 static uint32_t *
 pages_of(const struct column *c, uint32_t **owned)
@@ -1078,6 +1118,8 @@ static PyMethodDef methods[] = {
 	  "(batch, peer, op, local, remote, length, flags, fence, note) -> first" },
 	{ "submit_pages", py_submit_pages, METH_VARARGS,
 	  "(batch, peer, op, page_size, local, remote, local_idx, remote_idx, flags, fence, note) -> index" },
+	{ "xfer_sync", py_xfer_sync, METH_VARARGS,
+	  "(batch, peer, op, local, remote, length, timeout_us) -> status" },
 	{ "poll", py_poll, METH_VARARGS, "(batch) -> pending" },
 	{ "wait", py_wait, METH_VARARGS, "(batch, timeout_us) -> settled" },
 	{ "status", py_status, METH_VARARGS, "(batch, first, n=0) -> int or [int]" },

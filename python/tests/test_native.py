@@ -329,3 +329,23 @@ result = [eng.ports(), peer.stats()]
     assert ports and ports[0]["pmd"] == "shm"
     assert sum(p["write_bytes"] for p in ports) >= 65536
     assert stats["write_bytes"] >= 65536
+
+
+def test_sync_calls(nodes):
+    """write_sync/read_sync: bytes in place on return, errors raised, the
+    batch empty again for the next call."""
+    t, addr, base, _ = target(nodes, ["tcp"], size=1 << 20)
+    i = initiator(nodes, ["tcp"], src=1 << 20)
+    assert i.run("""
+peer = eng.open_peer(%r)
+b = eng.batch(1)
+src[:65536] = rng.integers(0, 256, 65536, dtype=np.uint8)
+for k in range(100):
+    b.write_sync(peer, src.ctypes.data + 4096 * (k %% 16), %d + 4096 * (k %% 16), 4096)
+b.read_sync(peer, dst.ctypes.data, %d, 65536)
+result = bool((dst[:65536] == src[:65536]).all()) and b.poll() == 0
+""" % (addr, base, base))
+    with pytest.raises(NodeError) as e:
+        i.run("b.write_sync(peer, src.ctypes.data, %d, 4096)" % (base + (1 << 20)))
+    assert e.value.errno == errno.ERANGE
+    assert i.run("b.write_sync(peer, src.ctypes.data, %d, 8)\nresult = 1" % base) == 1

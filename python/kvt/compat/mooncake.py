@@ -354,7 +354,35 @@ class TransferEngine:
             _poll_outstanding()
             time.sleep(0.0001)
 
+    def _sync_one(self, op, target, buf, peer_addr, length):
+        """One block, the short path (submit, wait, status in one call)."""
+        try:
+            b = self._batch(1)
+            peer = self._peer(target)
+            end = time.monotonic() + SYNC_TIMEOUT
+            while True:
+                try:
+                    if op == kvt.OP_WRITE:
+                        b.write_sync(peer, buf, peer_addr, length, SYNC_TIMEOUT)
+                    else:
+                        b.read_sync(peer, buf, peer_addr, length, SYNC_TIMEOUT)
+                    return 0
+                except TimeoutError:
+                    self._local.batch = None
+                    b.close()       # pending: kept alive by the engine
+                    raise
+                except OSError as e:
+                    if e.errno != errno.EBUSY or time.monotonic() > end:
+                        raise
+                _poll_outstanding()
+                time.sleep(0.0001)
+        except (OSError, TypeError, ValueError) as e:
+            log.error("transfer to %s: %s", target, e)
+            return -1
+
     def _sync(self, op, target, bufs, peers, lens, note=None):
+        if isinstance(bufs, int) and note is None:
+            return self._sync_one(op, target, bufs, peers, lens)
         n = 1 if isinstance(bufs, int) else len(bufs)
         if not isinstance(bufs, int) and (len(peers) != n or len(lens) != n):
             log.error("batch transfer: buffers, peer addresses and lengths "
