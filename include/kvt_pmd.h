@@ -289,6 +289,17 @@ kvt_desc_store_done(const struct kvt_desc *d)
 			 __ATOMIC_RELEASE);
 }
 
+/**
+ * Add to one of a port's counters (struct kvt_port.st).  Only the port's
+ * lcore writes them; kvt_port_stats() reads them from any thread, so the
+ * store is atomic (relaxed: a counter orders nothing).
+ */
+static inline void
+kvt_stat_add(uint64_t *counter, uint64_t v)
+{
+	__atomic_store_n(counter, *counter + v, __ATOMIC_RELAXED);
+}
+
 /** PMD capability flags. */
 /** Descriptors of one connection complete in submission order, and data
  *  placed before a later FENCE/NOTIFY/DONE is visible when it lands. */

@@ -331,7 +331,7 @@ tail_move(struct kvt_desc *d, int err)
 		s->peer->info.name, d->op == KVT_DESC_FENCE ? "fence" : "notification",
 		d->seq, kvt_eng->ports[d->port]->name, kvt_eng->ports[to]->name,
 		strerror(-err));
-	kvt_eng->ports[d->port]->st.retries++;
+	kvt_stat_add(&kvt_eng->ports[d->port]->st.retries, 1);
 	d->port = (uint16_t)to;
 	d->conn = s->peer->conn[to];
 	d->next = NULL;
@@ -387,7 +387,7 @@ slice_retry(struct kvt_desc *d, struct kvt_req *r, struct kvt_sub *s)
 	/* The batch's pick counter belongs to the submitting thread; a
 	 * retry on the lcore turns with the descriptor's own address. */
 	to = kvt_stripe_pick(alt, d->len, ((uintptr_t)d >> 7) + tries);
-	kvt_eng->ports[d->port]->st.retries++;
+	kvt_stat_add(&kvt_eng->ports[d->port]->st.retries, 1);
 	d->port = (uint16_t)to;
 	d->conn = s->peer->conn[to];
 	d->flags = (uint8_t)((d->flags & ((1u << DF_TRIES_SHIFT) - 1)) |
@@ -412,15 +412,15 @@ slice_done(struct kvt_desc *d, int err)
 	if (err != 0) {
 		if (retryable(err) && slice_retry(d, r, s))
 			return;
-		port->st.errors++;
+		kvt_stat_add(&port->st.errors, 1);
 		set_err(&r->err, err);
 		set_err(&s->err, err);
 	} else {
-		port->st.slices++;
+		kvt_stat_add(&port->st.slices, 1);
 		if (d->op == KVT_DESC_WRITE)
-			port->st.write_bytes += len;
+			kvt_stat_add(&port->st.write_bytes, len);
 		else
-			port->st.read_bytes += len;
+			kvt_stat_add(&port->st.read_bytes, len);
 	}
 	kvt_desc_free(d);
 	if (s->mode == SUB_ORDERED)

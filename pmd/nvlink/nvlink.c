@@ -1323,10 +1323,10 @@ issue_copies(struct nv_port *np, struct kvt_port *port,
 		/* Whole submissions have no slices for the engine to count:
 		 * the bytes are counted here, when issued. */
 		if (x->op == KVT_OP_WRITE)
-			port->st.write_bytes += x->len;
+			kvt_stat_add(&port->st.write_bytes, x->len);
 		else
-			port->st.read_bytes += x->len;
-		port->st.slices++;
+			kvt_stat_add(&port->st.read_bytes, x->len);
+		kvt_stat_add(&port->st.slices, 1);
 		r = x->rm->key[port->id];
 		if (si->pages != NULL) {
 			ret = copy_pages(np, plan, l, x, si->pages, r, ntask);

@@ -544,7 +544,7 @@ serve_frame(struct kvt_port *port, struct tcp_sock *s)
 	switch (h->type) {
 	case F_WRITE:
 		if (st == 0)
-			port->st.served_bytes += h->len;
+			kvt_stat_add(&port->st.served_bytes, h->len);
 		return resp_push(s, F_WRITE_ACK, st, 0, 0);
 	case F_READ:
 		tok = kvt_target_begin();
@@ -553,7 +553,7 @@ serve_frame(struct kvt_port *port, struct tcp_sock *s)
 		kvt_target_end(tok);
 		if (p == NULL)
 			return resp_push(s, F_READ_DATA, -ERANGE, 0, 0);
-		port->st.served_bytes += h->aux;
+		kvt_stat_add(&port->st.served_bytes, h->aux);
 		return resp_push(s, F_READ_DATA, 0, h->addr, (uint32_t)h->aux);
 	case F_FENCE:
 		tok = kvt_target_begin();

@@ -349,3 +349,26 @@ result = bool((dst[:65536] == src[:65536]).all()) and b.poll() == 0
         i.run("b.write_sync(peer, src.ctypes.data, %d, 4096)" % (base + (1 << 20)))
     assert e.value.errno == errno.ERANGE
     assert i.run("b.write_sync(peer, src.ctypes.data, %d, 8)\nresult = 1" % base) == 1
+
+
+def test_array_module_and_memoryview(nodes):
+    """Any buffer of 8-byte unsigned items carries addresses: array('Q')
+    and a memoryview of one work as numpy does."""
+    t, addr, base, _ = target(nodes, ["shm"], size=1 << 20)
+    i = initiator(nodes, ["shm"], src=1 << 20)
+    assert i.run("""
+from array import array
+peer = eng.open_peer(%r)
+src[:64 * 1024] = rng.integers(0, 256, 64 * 1024, dtype=np.uint8)
+local = array('Q', [src.ctypes.data + k * 1024 for k in range(64)])
+remote = memoryview(array('Q', [%d + (63 - k) * 1024 for k in range(64)]))
+b = eng.batch(64)
+b.write(peer, local, remote, array('Q', [1024] * 64))
+b.wait(10); b.check()
+b.reset()
+dst[:64 * 1024] = 0
+b.read(peer, dst.ctypes.data, %d, 64 * 1024)
+b.wait(10); b.check()
+result = all((dst[(63 - k) * 1024:(64 - k) * 1024] == src[k * 1024:(k + 1) * 1024]).all()
+             for k in range(64))
+""" % (addr, base, base))
