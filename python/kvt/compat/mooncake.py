@@ -103,6 +103,21 @@ class _Async:
             self.lock.release()
 
 
+def _while_busy(call):
+    """call(), again while kvt refuses it for overlapping a write in
+    flight (EBUSY), polling the outstanding batches meanwhile; at most
+    SYNC_TIMEOUT."""
+    end = time.monotonic() + SYNC_TIMEOUT
+    while True:
+        try:
+            return call()
+        except OSError as e:
+            if e.errno != errno.EBUSY or time.monotonic() > end:
+                raise
+        _poll_outstanding()
+        time.sleep(0.0001)
+
+
 def _poll_outstanding():
     with _Shared.lock:
         entries = list(_Shared.outstanding.values())
@@ -342,40 +357,26 @@ class TransferEngine:
         """Submit, waiting out overlapping writes in flight; the first
         index."""
         peer = self._peer(target)
-        end = time.monotonic() + SYNC_TIMEOUT
-        while True:
-            try:
-                if op == kvt.OP_WRITE:
-                    return b.write(peer, bufs, peers, lens, notify=note)
-                return b.read(peer, bufs, peers, lens, notify=note)
-            except OSError as e:
-                if e.errno != errno.EBUSY or time.monotonic() > end:
-                    raise
-            _poll_outstanding()
-            time.sleep(0.0001)
+        if op == kvt.OP_WRITE:
+            return _while_busy(lambda: b.write(peer, bufs, peers, lens,
+                                               notify=note))
+        return _while_busy(lambda: b.read(peer, bufs, peers, lens,
+                                          notify=note))
 
     def _sync_one(self, op, target, buf, peer_addr, length):
         """One block, the short path (submit, wait, status in one call)."""
         try:
             b = self._batch(1)
             peer = self._peer(target)
-            end = time.monotonic() + SYNC_TIMEOUT
-            while True:
-                try:
-                    if op == kvt.OP_WRITE:
-                        b.write_sync(peer, buf, peer_addr, length, SYNC_TIMEOUT)
-                    else:
-                        b.read_sync(peer, buf, peer_addr, length, SYNC_TIMEOUT)
-                    return 0
-                except TimeoutError:
-                    self._local.batch = None
-                    b.close()       # pending: kept alive by the engine
-                    raise
-                except OSError as e:
-                    if e.errno != errno.EBUSY or time.monotonic() > end:
-                        raise
-                _poll_outstanding()
-                time.sleep(0.0001)
+            sync = b.write_sync if op == kvt.OP_WRITE else b.read_sync
+            try:
+                _while_busy(lambda: sync(peer, buf, peer_addr, length,
+                                         SYNC_TIMEOUT))
+            except TimeoutError:
+                self._local.batch = None
+                b.close()       # pending: kept alive by the engine
+                raise
+            return 0
         except (OSError, TypeError, ValueError) as e:
             log.error("transfer to %s: %s", target, e)
             return -1
