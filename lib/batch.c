@@ -974,12 +974,17 @@ claim_ranges(struct kvt_batch *b, struct kvt_sub *s, struct kvt_range *r,
 	for (start = 0, i = 1; i <= n; i++) {
 		if (i < n && r[i].ri == r[start].ri)
 			continue;
-		ret = kvt_claim_take(r[start].ri->claims,
+		/* The table pointer is the one field of an import a
+		 * submitter sets (once, atomically). */
+		ret = kvt_claim_take(&((struct kvt_rimp *)(uintptr_t)r[start].ri)->claims,
 				     &b->claims[b->nclaims], &r[start],
 				     i - start);
 		if (ret < 0) {
 			while (b->nclaims > s->claim_first)
 				kvt_claim_drop(&b->claims[--b->nclaims]);
+			if (ret == -ENOMEM)
+				return KVT_REFUSE(ENOMEM, "submit: no memory for the overlap guard of region %#" PRIx64,
+						  r[start].ri->rm.base);
 			return KVT_REFUSE(-ret, "submit: a write to %#" PRIx64 "..%#" PRIx64 " overlaps a write in flight",
 					  r[start].lo, r[i - 1].hi);
 		}

@@ -47,11 +47,29 @@ ping_period_us(void)
 	return RTE_MAX(kvt_eng->o.timeout_ms * 1000 / 4, 10000u);
 }
 
+/*
+ * Region events for the sessions, queued by application threads without
+ * the control lock (which the control thread holds while it works: a
+ * serving stack registering thousands of regions would wait on it for
+ * each) and moved to the sessions by the control thread.
+ */
+static struct {
+	rte_spinlock_t lock;
+	struct kvt_buf frames;	/* whole frames, in order */
+	int failed;		/* a frame was lost: no memory */
+} outbox = { .lock = RTE_SPINLOCK_INITIALIZER };
+
+static uint32_t wake_pending;	/* a byte is in the wake pipe */
+
 static void
 wake_ctl(void)
 {
 	char c = 1;
 
+	/* One byte wakes the thread; the rest would be system calls for
+	 * nothing while it is busy. */
+	if (__atomic_exchange_n(&wake_pending, 1, __ATOMIC_SEQ_CST) != 0)
+		return;
 	if (kvt_eng->ctl_wake[1] >= 0 && write(kvt_eng->ctl_wake[1], &c, 1) < 0)
 		return;	/* full pipe: a wake-up is already pending */
 }
@@ -507,31 +525,58 @@ accept_sessions(void)
 	}
 }
 
-void
-kvt_ctl_region_event(const struct kvt_mem *m, int added)
+/* The registry's event (kvt_mem_event_subscribe()): tell every peer
+ * that opened us. */
+static void
+region_event(const struct kvt_mem *m, int added, void *arg)
 {
-	struct kvt_session *s;
 	struct kvt_buf b = { 0 };
 	int ret;
 
-	if (kvt_eng == NULL)
-		return;
-	kvt_meta_regions_changed();
+	RTE_SET_USED(arg);
 	ret = kvt_wire_begin(&b, added ? KVT_W_REGION_ADD : KVT_W_REGION_DEL);
 	if (added)
 		ret |= kvt_mem_export_one(m, &b);
 	else
 		ret |= kvt_wire_put_u64(&b, KVT_T_BASE, (uintptr_t)m->lm.addr);
 	ret |= kvt_wire_end(&b);
-	if (ret == 0) {
-		pthread_mutex_lock(&kvt_eng->ctl_lock);
-		for (s = kvt_eng->sessions; s != NULL; s = s->next)
-			if (s->authed)
-				sess_queue(s, &b);
-		pthread_mutex_unlock(&kvt_eng->ctl_lock);
-		wake_ctl();
-	}
+	rte_spinlock_lock(&outbox.lock);
+	if (ret != 0 || kvt_buf_put(&outbox.frames, b.data, b.len) < 0)
+		outbox.failed = 1;
+	rte_spinlock_unlock(&outbox.lock);
 	kvt_buf_free(&b);
+	wake_ctl();
+}
+
+/* Control thread (ctl_lock): hand the queued region events to every
+ * session that opened us.  A session that missed one (no memory) cannot
+ * be told the truth any more: it is closed, and its peer opens again. */
+static void
+outbox_deliver(void)
+{
+	struct kvt_buf frames;
+	struct kvt_session *s;
+	int failed;
+
+	rte_spinlock_lock(&outbox.lock);
+	frames = outbox.frames;
+	failed = outbox.failed;
+	outbox.frames = (struct kvt_buf){ 0 };
+	outbox.failed = 0;
+	rte_spinlock_unlock(&outbox.lock);
+	if (frames.len == 0 && !failed)
+		return;
+	for (s = kvt_eng->sessions; s != NULL; s = s->next) {
+		if (!s->authed)
+			continue;
+		if (failed)
+			s->overflow = 1;
+		else if (sess_queue(s, &frames) == -ENOMEM)
+			s->overflow = 1;
+	}
+	if (failed)
+		KVT_LOG(ERR, "a region event was lost (no memory): closing the sessions of our peers");
+	kvt_buf_free(&frames);
 }
 
 /* ---- messages between the two ends of a connection ---- */
@@ -784,8 +829,12 @@ ctl_event(struct epoll_event *ev)
 		return;
 	}
 	if (ev->data.u64 == TAG_WAKE) {
+		/* Cleared after the drain (a byte written before the clear
+		 * may be drained, none after it) and before this loop turn
+		 * delivers: what a suppressed wake-up announced is seen. */
 		while (read(kvt_eng->ctl_wake[0], drain, sizeof(drain)) > 0)
 			;
+		__atomic_store_n(&wake_pending, 0, __ATOMIC_SEQ_CST);
 		return;
 	}
 	if (ev->data.u64 & 1) {
@@ -827,6 +876,7 @@ ctl_main(void *arg)
 		pthread_mutex_lock(&kvt_eng->ctl_lock);
 		for (i = 0; i < n; i++)
 			ctl_event(&evs[i]);
+		outbox_deliver();
 		ctl_tick(kvt_now_us());
 		pthread_mutex_unlock(&kvt_eng->ctl_lock);
 	}
@@ -842,6 +892,7 @@ kvt_ctl_start(void)
 
 	e->ctl_wake[0] = e->ctl_wake[1] = -1;
 	accept_paused_until = 0;
+	wake_pending = 0;
 	ret = listen_open();
 	if (ret < 0)
 		return ret;
@@ -858,16 +909,21 @@ kvt_ctl_start(void)
 	epoll_ctl(ctl_epfd, EPOLL_CTL_ADD, e->listen_fd, &ev);
 	ev.data.u64 = TAG_WAKE;
 	epoll_ctl(ctl_epfd, EPOLL_CTL_ADD, e->ctl_wake[0], &ev);
+	ret = kvt_mem_event_subscribe(region_event, NULL);
+	if (ret < 0)
+		goto close_pipe;
 	e->ctl_running = 1;
 	ret = rte_ctrl_thread_create(&e->ctl_thread, "kvt-ctl", NULL, ctl_main,
 				     NULL);
 	if (ret != 0) {
 		ret = -ret;
 		e->ctl_running = 0;
-		goto close_pipe;
+		goto unsubscribe;
 	}
 	return 0;
 
+unsubscribe:
+	kvt_mem_event_unsubscribe(region_event, NULL);
 close_pipe:
 	close(e->ctl_wake[0]);
 	close(e->ctl_wake[1]);
@@ -888,11 +944,14 @@ kvt_ctl_stop(void)
 
 	if (!e->ctl_running)
 		return;
+	kvt_mem_event_unsubscribe(region_event, NULL);
 	__atomic_store_n(&e->ctl_running, 0, __ATOMIC_RELEASE);
 	wake_ctl();
 	pthread_join(e->ctl_thread, NULL);
 	while (e->sessions != NULL)
 		sess_close(e->sessions);
+	kvt_buf_free(&outbox.frames);
+	outbox.failed = 0;
 	close(e->listen_fd);
 	close(e->ctl_wake[0]);
 	close(e->ctl_wake[1]);

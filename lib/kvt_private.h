@@ -18,6 +18,7 @@
 
 #include "kvt.h"
 #include "kvt_pmd.h"
+#include "rangemap.h"
 
 extern int kvt_logtype;
 #define KVT_LOG(level, fmt, ...)					\
@@ -164,6 +165,16 @@ struct kvt_mem {
 
 /* Find the region holding [addr, addr+len) inside an RCU read section. */
 struct kvt_mem *kvt_mem_find(const void *addr, uint64_t len);
+/**
+ * An exported region was registered (added 1) or is being unregistered
+ * (added 0; m stays valid until fn returns).  Runs on the registering
+ * thread, with no registry lock held.
+ */
+typedef void (*kvt_mem_event_fn)(const struct kvt_mem *m, int added,
+				 void *arg);
+/** @return 0, -ENOSPC (too many subscribers). */
+int kvt_mem_event_subscribe(kvt_mem_event_fn fn, void *arg);
+void kvt_mem_event_unsubscribe(kvt_mem_event_fn fn, void *arg);
 int kvt_mem_init(void);
 void kvt_mem_fini(void);
 /* Snapshot of exported regions for a handshake (control path). */
@@ -181,8 +192,6 @@ struct json_t *kvt_mem_export_json(void);
 int kvt_meta_start(void);
 void kvt_meta_stop(void);
 int kvt_meta_enabled(void);
-/* A region appeared or vanished: publish the descriptor again. */
-void kvt_meta_regions_changed(void);
 /* The control address of the engine published as name, asked of etcd
  * before deadline_us (kvt_now_us()). */
 int kvt_meta_resolve(const char *name, char *addr, size_t len,
@@ -341,12 +350,6 @@ enum kvt_peer_state {
 	KVT_PEER_CLOSED,
 };
 
-/* Imported regions of a peer: an immutable snapshot, replaced on change. */
-struct kvt_rtable {
-	unsigned int n;
-	struct kvt_rimp *r[];	/* sorted by base */
-};
-
 struct kvt_claims;
 
 /* One imported region, with its overlap claims. */
@@ -372,7 +375,7 @@ struct kvt_peer {
 	uint32_t conn_mask;
 	uint32_t down_mask;	/* conns a PMD marked down, atomic */
 	uint32_t tail_seq;	/* the last tail number given out, atomic */
-	struct kvt_rtable *rt;	/* RCU-protected */
+	struct kvt_rangemap regions;	/* base -> struct kvt_rimp */
 	struct kvt_rimp *retired;	/* released when the peer closes */
 	struct kvt_buf rx;	/* control thread's receive buffer */
 	struct kvt_peer_stats st;
@@ -413,8 +416,6 @@ void kvt_ctl_forget_peer(struct kvt_peer *p);
 int kvt_ctl_port_msg(struct kvt_conn **conns, const uint8_t *p, size_t len);
 /* Queue a frame on an inbound session (control thread). */
 int kvt_ctl_sess_send(struct kvt_session *s, const struct kvt_buf *frame);
-/* Tell inbound sessions a region appeared or vanished. */
-void kvt_ctl_region_event(const struct kvt_mem *m, int added);
 /* Mark a peer lost: its connections are failed (control path). */
 void kvt_peer_lost(struct kvt_peer *p, int err);
 /* Apply a REGION_ADD/DEL from the peer (control thread). */
@@ -435,8 +436,7 @@ void kvt_conn_set_dead(struct kvt_conn *c);
 struct kvt_sub;
 struct kvt_batch;
 
-/* Overlap guard. */
-struct kvt_claims *kvt_claims_new(void);
+/* Overlap guard: a region's claim table, made on its first claim. */
 void kvt_claims_free(struct kvt_claims *c);
 
 struct kvt_range {
@@ -452,8 +452,9 @@ struct kvt_claim {
 	unsigned int n;
 };
 
-/* Claim sorted ranges r[0..n) of one region; @return 0 or -EBUSY. */
-int kvt_claim_take(struct kvt_claims *t, struct kvt_claim *c,
+/* Claim sorted ranges r[0..n) of the region whose table *tp is (NULL
+ * until the first claim); @return 0, -EBUSY, -ENOMEM. */
+int kvt_claim_take(struct kvt_claims **tp, struct kvt_claim *c,
 		   const struct kvt_range *r, unsigned int n);
 void kvt_claim_drop(struct kvt_claim *c);
 

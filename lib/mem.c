@@ -3,10 +3,11 @@
  * Memory: shareable allocations (kvt_mem_alloc) and the registry of
  * regions transfers may use.
  *
- * The registry is a sorted array that submit searches without locking: a
- * change builds a new array, publishes it, waits for readers of the old one
- * (kvt_rcu_synchronize) and frees it.  Changes are rare control-path
- * events, serialised by reg_lock.
+ * The registry is a range map (rangemap.h) that submit searches without
+ * locking, O(log n) to search and to change; changes are control-path
+ * events, serialised by reg_lock.  A second map, keyed by the handle's
+ * own address, tells a live handle from a stale one without reading it.
+ * Others learn of exported regions through kvt_mem_event_subscribe().
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -23,13 +24,9 @@
 #include <rte_errno.h>
 
 #include "kvt_private.h"
+#include "rangemap.h"
 
 #define KVT_MEM_MAGIC 0x6b766d6du
-
-struct kvt_reg {
-	unsigned int n;
-	struct kvt_mem *m[];	/* sorted by address, disjoint */
-};
 
 struct kvt_alloc {
 	uint8_t *addr;
@@ -42,71 +39,107 @@ struct kvt_alloc {
 	struct kvt_alloc *next;
 };
 
-static struct kvt_reg *kvt_reg;	/* RCU-protected */
+#define KVT_MEM_SUBSCRIBERS 4
+
+static struct kvt_rangemap kvt_reg;	/* address -> struct kvt_mem */
+static struct kvt_rangemap kvt_handles;	/* handle -> itself */
 static pthread_mutex_t reg_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct {
+	kvt_mem_event_fn fn;
+	void *arg;
+} subs[KVT_MEM_SUBSCRIBERS];	/* under reg_lock */
 static struct kvt_alloc *kvt_allocs;	/* under reg_lock */
 static uint64_t kvt_mem_ids;
 
 int
 kvt_mem_init(void)
 {
-	kvt_reg = calloc(1, sizeof(*kvt_reg));
-	return kvt_reg != NULL ? 0 : -ENOMEM;
+	return 0;
 }
 
-static struct kvt_mem *
-reg_search(const struct kvt_reg *r, uintptr_t a, uint64_t len)
+int
+kvt_mem_event_subscribe(kvt_mem_event_fn fn, void *arg)
 {
-	unsigned int lo = 0, hi = r->n, mid;
-	struct kvt_mem *m;
+	unsigned int i;
+	int ret = -ENOSPC;
 
-	while (lo < hi) {
-		mid = (lo + hi) / 2;
-		m = r->m[mid];
-		if (a < (uintptr_t)m->lm.addr)
-			hi = mid;
-		else if (a >= (uintptr_t)m->lm.addr + m->lm.len)
-			lo = mid + 1;
-		else
-			return len <= m->lm.len - (a - (uintptr_t)m->lm.addr) ?
-				m : NULL;
+	pthread_mutex_lock(&reg_lock);
+	for (i = 0; i < KVT_MEM_SUBSCRIBERS && ret < 0; i++) {
+		if (subs[i].fn == NULL) {
+			subs[i].fn = fn;
+			subs[i].arg = arg;
+			ret = 0;
+		}
 	}
-	return NULL;
+	pthread_mutex_unlock(&reg_lock);
+	return ret;
+}
+
+void
+kvt_mem_event_unsubscribe(kvt_mem_event_fn fn, void *arg)
+{
+	unsigned int i;
+
+	pthread_mutex_lock(&reg_lock);
+	for (i = 0; i < KVT_MEM_SUBSCRIBERS; i++)
+		if (subs[i].fn == fn && subs[i].arg == arg)
+			subs[i].fn = NULL;
+	pthread_mutex_unlock(&reg_lock);
+}
+
+/*
+ * Tell the subscribers an exported region came or went.  Called without
+ * reg_lock: a subscriber takes the control lock, under which the control
+ * thread reads the registry (kvt_mem_export_all()).
+ */
+static void
+mem_event(const struct kvt_mem *m, int added)
+{
+	kvt_mem_event_fn fn[KVT_MEM_SUBSCRIBERS];
+	void *arg[KVT_MEM_SUBSCRIBERS];
+	unsigned int i;
+
+	if (!(m->lm.flags & (KVT_MEM_REMOTE_READ | KVT_MEM_REMOTE_WRITE)))
+		return;
+	pthread_mutex_lock(&reg_lock);
+	for (i = 0; i < KVT_MEM_SUBSCRIBERS; i++) {
+		fn[i] = subs[i].fn;
+		arg[i] = subs[i].arg;
+	}
+	pthread_mutex_unlock(&reg_lock);
+	for (i = 0; i < KVT_MEM_SUBSCRIBERS; i++)
+		if (fn[i] != NULL)
+			fn[i](m, added, arg[i]);
 }
 
 struct kvt_mem *
 kvt_mem_find(const void *addr, uint64_t len)
 {
-	const struct kvt_reg *r = __atomic_load_n(&kvt_reg, __ATOMIC_ACQUIRE);
-
-	if (r == NULL || len == 0)
+	if (len == 0)
 		return NULL;
-	return reg_search(r, (uintptr_t)addr, len);
+	return kvt_rangemap_find(&kvt_reg, (uintptr_t)addr, len);
 }
 
 /* Publish the registry with m added (add) or removed; under reg_lock. */
 static int
 reg_update(struct kvt_mem *m, int add)
 {
-	struct kvt_reg *old = kvt_reg, *r;
-	unsigned int i, j = 0;
+	void *v;
+	int ret;
 
-	r = malloc(sizeof(*r) + (old->n + 1) * sizeof(r->m[0]));
-	if (r == NULL)
-		return -ENOMEM;
-	for (i = 0; i < old->n; i++) {
-		if (add && j == i && m->lm.addr < old->m[i]->lm.addr)
-			r->m[j++] = m;
-		if (old->m[i] != m)
-			r->m[j++] = old->m[i];
+	if (!add) {
+		ret = kvt_rangemap_remove(&kvt_reg, (uintptr_t)m->lm.addr, &v);
+		if (ret == 0)
+			kvt_rangemap_remove(&kvt_handles, (uintptr_t)m, &v);
+		return ret;
 	}
-	if (add && j == old->n)
-		r->m[j++] = m;
-	r->n = j;
-	__atomic_store_n(&kvt_reg, r, __ATOMIC_RELEASE);
-	kvt_rcu_synchronize();
-	free(old);
-	return 0;
+	ret = kvt_rangemap_insert(&kvt_handles, (uintptr_t)m, 1, m);
+	if (ret < 0)
+		return ret;
+	ret = kvt_rangemap_insert(&kvt_reg, (uintptr_t)m->lm.addr, m->lm.len, m);
+	if (ret < 0)
+		kvt_rangemap_remove(&kvt_handles, (uintptr_t)m, &v);
+	return ret;
 }
 
 static struct kvt_alloc *
@@ -120,21 +153,6 @@ alloc_find(const void *addr, size_t len)
 		    len <= a->len - (p - (uintptr_t)a->addr))
 			return a;
 	return NULL;
-}
-
-static int
-overlaps_registered(uintptr_t a, uint64_t len)
-{
-	unsigned int i;
-	struct kvt_mem *m;
-
-	for (i = 0; i < kvt_reg->n; i++) {
-		m = kvt_reg->m[i];
-		if (a < (uintptr_t)m->lm.addr + m->lm.len &&
-		    (uintptr_t)m->lm.addr < a + len)
-			return 1;
-	}
-	return 0;
 }
 
 /* Where does addr live?  Transports that own device memory say so. */
@@ -257,7 +275,7 @@ kvt_mem_register_flags(void *addr, size_t len, const char *locs, uint32_t flags)
 	m->lm.loc = loc;
 
 	pthread_mutex_lock(&reg_lock);
-	if (overlaps_registered((uintptr_t)addr, len)) {
+	if (kvt_rangemap_overlaps(&kvt_reg, (uintptr_t)addr, len)) {
 		KVT_LOG(ERR, "register %p+%zu: overlaps a registered region",
 			addr, len);
 		ret = -EEXIST;
@@ -279,8 +297,7 @@ kvt_mem_register_flags(void *addr, size_t len, const char *locs, uint32_t flags)
 		a->regs++;
 	m->id = ++kvt_mem_ids;
 	pthread_mutex_unlock(&reg_lock);
-	if (flags & (KVT_MEM_REMOTE_READ | KVT_MEM_REMOTE_WRITE))
-		kvt_ctl_region_event(m, 1);
+	mem_event(m, 1);
 	return m;
 
 unregister:
@@ -305,12 +322,7 @@ kvt_mem_register(void *addr, size_t len, const char *loc, uint32_t flags)
 static int
 registered(const struct kvt_mem *m)
 {
-	unsigned int i;
-
-	for (i = 0; i < kvt_reg->n; i++)
-		if (kvt_reg->m[i] == m)
-			return 1;
-	return 0;
+	return kvt_rangemap_find(&kvt_handles, (uintptr_t)m, 1) == m;
 }
 
 int
@@ -342,8 +354,7 @@ kvt_mem_unregister(struct kvt_mem *m)
 	if (a != NULL)
 		a->regs--;
 	pthread_mutex_unlock(&reg_lock);
-	if (m->lm.flags & (KVT_MEM_REMOTE_READ | KVT_MEM_REMOTE_WRITE))
-		kvt_ctl_region_event(m, 0);
+	mem_event(m, 0);
 	ports_unregister(m);
 	m->magic = 0;
 	free(m);
@@ -358,46 +369,58 @@ kvt_mem_export_one(const struct kvt_mem *m, struct kvt_buf *out)
 				      m->lm.len / 8 : 0);
 }
 
+static int
+export_one(void *v, void *out)
+{
+	const struct kvt_mem *m = v;
+
+	if (!(m->lm.flags & (KVT_MEM_REMOTE_READ | KVT_MEM_REMOTE_WRITE)))
+		return 0;
+	return kvt_mem_export_one(m, out);
+}
+
 int
 kvt_mem_export_all(struct kvt_buf *out)
 {
-	const struct kvt_reg *r;
-	unsigned int i;
-	int ret = 0;
+	int ret;
 
 	/* The registry lock keeps regions alive while their keys are read. */
 	pthread_mutex_lock(&reg_lock);
-	r = kvt_reg;
-	for (i = 0; i < r->n && ret == 0; i++)
-		if (r->m[i]->lm.flags & (KVT_MEM_REMOTE_READ | KVT_MEM_REMOTE_WRITE))
-			ret = kvt_mem_export_one(r->m[i], out);
+	ret = kvt_rangemap_walk(&kvt_reg, export_one, out);
 	pthread_mutex_unlock(&reg_lock);
 	return ret;
+}
+
+static int
+release_one(void *v, void *arg)
+{
+	struct kvt_mem *m = v;
+
+	RTE_SET_USED(arg);
+	ports_unregister(m);
+	m->magic = 0;
+	free(m);
+	return 0;
 }
 
 void
 kvt_mem_fini(void)
 {
+	struct kvt_rangemap r;
 	struct kvt_alloc *a;
-	struct kvt_reg *r;
-	unsigned int i;
 
 	pthread_mutex_lock(&reg_lock);
 	r = kvt_reg;
-	kvt_reg = NULL;
+	__atomic_store_n(&kvt_reg.root, NULL, __ATOMIC_RELEASE);
+	kvt_reg.n = 0;
+	kvt_rangemap_clear(&kvt_handles);
 	/* The registrations go; the allocations stay the application's. */
 	for (a = kvt_allocs; a != NULL; a = a->next)
 		a->regs = 0;
 	pthread_mutex_unlock(&reg_lock);
-	if (r == NULL)
-		return;
 	kvt_rcu_synchronize();
-	for (i = 0; i < r->n; i++) {
-		ports_unregister(r->m[i]);
-		r->m[i]->magic = 0;
-		free(r->m[i]);
-	}
-	free(r);
+	kvt_rangemap_walk(&r, release_one, NULL);
+	kvt_rangemap_clear(&r);
 }
 
 /* ---- shareable allocations ---- */
@@ -562,27 +585,29 @@ kvt_target_range(uint64_t addr, uint64_t len, uint32_t perm)
 }
 
 /* Exported regions for the metadata descriptor. */
+static int
+json_one(void *v, void *arg)
+{
+	const struct kvt_lmem *m = &((struct kvt_mem *)v)->lm;
+	char loc[16];
+
+	if (!(m->flags & (KVT_MEM_REMOTE_READ | KVT_MEM_REMOTE_WRITE)))
+		return 0;
+	kvt_loc_str(&m->loc, loc, sizeof(loc));
+	json_array_append_new(arg, json_pack("{s:I,s:I,s:i,s:s}",
+		"base", (json_int_t)(uintptr_t)m->addr,
+		"len", (json_int_t)m->len, "flags", (int)m->flags,
+		"loc", loc));
+	return 0;
+}
+
 json_t *
 kvt_mem_export_json(void)
 {
-	const struct kvt_reg *r;
 	json_t *a = json_array();
-	char loc[16];
-	unsigned int i;
 
 	pthread_mutex_lock(&reg_lock);
-	r = kvt_reg;
-	for (i = 0; r != NULL && i < r->n; i++) {
-		const struct kvt_lmem *m = &r->m[i]->lm;
-
-		if (!(m->flags & (KVT_MEM_REMOTE_READ | KVT_MEM_REMOTE_WRITE)))
-			continue;
-		kvt_loc_str(&m->loc, loc, sizeof(loc));
-		json_array_append_new(a, json_pack("{s:I,s:I,s:i,s:s}",
-			"base", (json_int_t)(uintptr_t)m->addr,
-			"len", (json_int_t)m->len, "flags", (int)m->flags,
-			"loc", loc));
-	}
+	kvt_rangemap_walk(&kvt_reg, json_one, a);
 	pthread_mutex_unlock(&reg_lock);
 	return a;
 }

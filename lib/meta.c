@@ -483,6 +483,20 @@ parse_endpoints(const char *url)
 	return meta.nep > 0 ? 0 : -EINVAL;
 }
 
+/* The registry's event: the descriptor lists exported regions, so the
+ * publishing thread writes it again. */
+static void
+regions_changed(const struct kvt_mem *m, int added, void *arg)
+{
+	RTE_SET_USED(m);
+	RTE_SET_USED(added);
+	RTE_SET_USED(arg);
+	pthread_mutex_lock(&meta.lock);
+	meta.dirty = 1;
+	pthread_cond_signal(&meta.cond);
+	pthread_mutex_unlock(&meta.lock);
+}
+
 int
 kvt_meta_start(void)
 {
@@ -525,6 +539,10 @@ kvt_meta_start(void)
 		return -ret;
 	}
 	pthread_setname_np(meta.thread, "kvt-meta");
+	/* Only fails with every slot taken: a descriptor then lists the
+	 * regions of its last write. */
+	if (kvt_mem_event_subscribe(regions_changed, NULL) < 0)
+		KVT_LOG(WARNING, "etcd descriptor: not told of region changes");
 	KVT_LOG(INFO, "published %s (lease ttl %u s)", meta.key, meta.ttl);
 	return 0;
 }
@@ -534,6 +552,7 @@ kvt_meta_stop(void)
 {
 	if (meta.nep == 0)
 		return;
+	kvt_mem_event_unsubscribe(regions_changed, NULL);
 	pthread_mutex_lock(&meta.lock);
 	meta.running = 0;
 	pthread_cond_signal(&meta.cond);
@@ -543,16 +562,6 @@ kvt_meta_stop(void)
 	meta.nep = 0;
 }
 
-void
-kvt_meta_regions_changed(void)
-{
-	if (meta.nep == 0)
-		return;
-	pthread_mutex_lock(&meta.lock);
-	meta.dirty = 1;
-	pthread_cond_signal(&meta.cond);
-	pthread_mutex_unlock(&meta.lock);
-}
 
 /*
  * The control address in an etcd range answer (the JSON text the gateway

@@ -25,10 +25,25 @@ struct kvt_claims {
 	const struct kvt_claim *slot[KVT_CLAIM_SLOTS];
 };
 
-struct kvt_claims *
-kvt_claims_new(void)
+/* The region's table, made by its first writing submission (most
+ * regions of a serving stack are only read, or written by one path, and
+ * 8 KiB each adds up over many thousands).  Racing first writers keep
+ * one table. */
+static struct kvt_claims *
+table_of(struct kvt_claims **tp)
 {
-	return calloc(1, sizeof(struct kvt_claims));
+	struct kvt_claims *t = __atomic_load_n(tp, __ATOMIC_ACQUIRE), *none = NULL;
+
+	if (t != NULL)
+		return t;
+	t = calloc(1, sizeof(*t));
+	if (t != NULL &&
+	    !__atomic_compare_exchange_n(tp, &none, t, false, __ATOMIC_ACQ_REL,
+					 __ATOMIC_ACQUIRE)) {
+		free(t);
+		t = none;
+	}
+	return t;
 }
 
 void
@@ -81,13 +96,16 @@ raise_hwm(struct kvt_claims *t, uint32_t v)
 }
 
 int
-kvt_claim_take(struct kvt_claims *t, struct kvt_claim *c,
+kvt_claim_take(struct kvt_claims **tp, struct kvt_claim *c,
 	       const struct kvt_range *r, unsigned int n)
 {
+	struct kvt_claims *t = table_of(tp);
 	const struct kvt_claim *o, *none;
 	unsigned int i, hwm, tok;
 	int slot = -1, clash = 0;
 
+	if (t == NULL)
+		return -ENOMEM;
 	c->table = t;
 	c->r = r;
 	c->n = n;

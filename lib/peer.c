@@ -25,6 +25,7 @@
 #include <rte_errno.h>
 
 #include "kvt_private.h"
+#include "rangemap.h"
 
 #define KVT_PEER_MAGIC 0x6b767065u
 
@@ -84,15 +85,6 @@ kvt_peer_lost(struct kvt_peer *p, int err)
 
 /* ---- imported regions ---- */
 
-static int
-rimp_cmp(const void *a, const void *b)
-{
-	const struct kvt_rimp *x = *(struct kvt_rimp *const *)a;
-	const struct kvt_rimp *y = *(struct kvt_rimp *const *)b;
-
-	return x->rm.base < y->rm.base ? -1 : x->rm.base > y->rm.base;
-}
-
 static void
 rimp_release(struct kvt_peer *p, struct kvt_rimp *ri)
 {
@@ -125,11 +117,6 @@ rimp_import(struct kvt_peer *p, const uint8_t *val, size_t len)
 	ri = calloc(1, sizeof(*ri));
 	if (ri == NULL)
 		return NULL;
-	ri->claims = kvt_claims_new();
-	if (ri->claims == NULL) {
-		free(ri);
-		return NULL;
-	}
 	ri->rm.base = wr.base;
 	ri->rm.len = wr.len;
 	ri->rm.flags = wr.flags;
@@ -157,40 +144,35 @@ rimp_import(struct kvt_peer *p, const uint8_t *val, size_t len)
 	return ri;
 }
 
-/* Publish a new region table for p; the old one is freed after readers. */
-static void
-rtable_publish(struct kvt_peer *p, struct kvt_rtable *nt)
+/* Add an import to p's regions.  A region announced twice (it raced the
+ * WELCOME) or overlapping one already imported replaces nothing: the
+ * first import stays. */
+static int
+regions_add(struct kvt_peer *p, struct kvt_rimp *ri)
 {
-	struct kvt_rtable *old = p->rt;
+	int ret = kvt_rangemap_insert(&p->regions, ri->rm.base, ri->rm.len, ri);
 
-	qsort(nt->r, nt->n, sizeof(nt->r[0]), rimp_cmp);
-	__atomic_store_n(&p->rt, nt, __ATOMIC_RELEASE);
-	kvt_rcu_synchronize();
-	free(old);
-}
-
-static struct kvt_rtable *
-rtable_new(unsigned int n)
-{
-	struct kvt_rtable *t = malloc(sizeof(*t) + n * sizeof(t->r[0]));
-
-	if (t != NULL)
-		t->n = 0;
-	return t;
+	if (ret == -EEXIST) {
+		KVT_LOG(DEBUG, "peer %s: region %#" PRIx64 "+%" PRIu64 " overlaps one imported: kept the first",
+			p->info.name, ri->rm.base, ri->rm.len);
+		ret = 0;
+	}
+	if (ret < 0 || kvt_rangemap_find(&p->regions, ri->rm.base, 1) != ri)
+		rimp_release(p, ri);
+	return ret;
 }
 
 int
 kvt_peer_region_update(struct kvt_peer *p, int add, const uint8_t *val,
 		       size_t len)
 {
-	struct kvt_rtable *old = p->rt, *nt;
-	struct kvt_rimp *ri = NULL, *gone = NULL;
 	struct kvt_tlv t = { val, len };
+	struct kvt_rimp *ri;
 	const uint8_t *v;
+	void *gone;
 	uint64_t base;
 	uint32_t l;
 	uint16_t tag;
-	unsigned int i;
 
 	if (kvt_tlv_next(&t, &tag, &v, &l) <= 0)
 		return -EPROTO;
@@ -200,42 +182,20 @@ kvt_peer_region_update(struct kvt_peer *p, int add, const uint8_t *val,
 		ri = rimp_import(p, v, l);
 		if (ri == NULL)
 			return -EPROTO;
-		base = ri->rm.base;
-	} else if (tag != KVT_T_BASE || kvt_tlv_u64(v, l, &base) < 0) {
+		return regions_add(p, ri);
+	}
+	if (tag != KVT_T_BASE || kvt_tlv_u64(v, l, &base) < 0)
 		return -EPROTO;
-	}
-	nt = rtable_new(old->n + 1);
-	if (nt == NULL) {
-		if (ri != NULL)
-			rimp_release(p, ri);
-		return -ENOMEM;
-	}
-	for (i = 0; i < old->n; i++) {
-		/* A region announced twice (it raced the WELCOME) replaces
-		 * nothing: the first import stays. */
-		if (old->r[i]->rm.base == base) {
-			if (add) {
-				rimp_release(p, ri);
-				ri = NULL;
-			} else {
-				gone = old->r[i];
-				continue;
-			}
-		}
-		nt->r[nt->n++] = old->r[i];
-	}
-	if (ri != NULL)
-		nt->r[nt->n++] = ri;
-	rtable_publish(p, nt);
-	if (gone != NULL) {
-		/* Submissions hold regions by reference; keep it until the
-		 * peer closes when some still use it. */
-		if (__atomic_load_n(&gone->refs, __ATOMIC_ACQUIRE) == 0) {
-			rimp_release(p, gone);
-		} else {
-			gone->retired_next = p->retired;
-			p->retired = gone;
-		}
+	if (kvt_rangemap_remove(&p->regions, base, &gone) < 0)
+		return 0;	/* never imported: nothing to do */
+	ri = gone;
+	/* Submissions hold regions by reference; keep it until the peer
+	 * closes when some still use it. */
+	if (__atomic_load_n(&ri->refs, __ATOMIC_ACQUIRE) == 0) {
+		rimp_release(p, ri);
+	} else {
+		ri->retired_next = p->retired;
+		p->retired = ri;
 	}
 	return 0;
 }
@@ -243,21 +203,9 @@ kvt_peer_region_update(struct kvt_peer *p, int add, const uint8_t *val,
 struct kvt_rimp *
 kvt_peer_find_region(struct kvt_peer *p, uint64_t addr, uint64_t len)
 {
-	const struct kvt_rtable *t = __atomic_load_n(&p->rt, __ATOMIC_ACQUIRE);
-	unsigned int lo = 0, hi = t->n, mid;
-	struct kvt_rimp *ri;
-
-	while (lo < hi) {
-		mid = (lo + hi) / 2;
-		ri = t->r[mid];
-		if (addr < ri->rm.base)
-			hi = mid;
-		else if (addr - ri->rm.base >= ri->rm.len)
-			lo = mid + 1;
-		else
-			return len <= ri->rm.len - (addr - ri->rm.base) ? ri : NULL;
-	}
-	return NULL;
+	if (len == 0)
+		return NULL;
+	return kvt_rangemap_find(&p->regions, addr, len);
 }
 
 /* ---- the handshake ---- */
@@ -420,33 +368,27 @@ static int
 import_regions(struct kvt_peer *p, const struct kvt_wire_hello *w)
 {
 	struct kvt_tlv t = { w->regions, w->regions_len };
-	struct kvt_rtable *rt;
 	struct kvt_rimp *ri;
 	const uint8_t *v;
-	unsigned int cap = 16;
 	uint32_t l;
 	uint16_t tag;
+	int ret;
 
-	rt = rtable_new(cap);
-	if (rt == NULL)
-		return -ENOMEM;
-	p->rt = rt;
 	while (kvt_tlv_next(&t, &tag, &v, &l) > 0) {
 		ri = rimp_import(p, v, l);
 		if (ri == NULL)
 			return -EPROTO;
-		if (rt->n == cap) {
-			cap *= 2;
-			rt = realloc(rt, sizeof(*rt) + cap * sizeof(rt->r[0]));
-			if (rt == NULL) {
-				rimp_release(p, ri);
-				return -ENOMEM;
-			}
-			p->rt = rt;
-		}
-		rt->r[rt->n++] = ri;
+		ret = regions_add(p, ri);
+		if (ret < 0)
+			return ret;
 	}
-	qsort(rt->r, rt->n, sizeof(rt->r[0]), rimp_cmp);
+	return 0;
+}
+
+static int
+release_import(void *ri, void *p)
+{
+	rimp_release(p, ri);
 	return 0;
 }
 
@@ -456,11 +398,8 @@ peer_free(struct kvt_peer *p)
 	struct kvt_conn *c;
 	unsigned int i;
 
-	if (p->rt != NULL) {
-		for (i = 0; i < p->rt->n; i++)
-			rimp_release(p, p->rt->r[i]);
-		free(p->rt);
-	}
+	kvt_rangemap_walk(&p->regions, release_import, p);
+	kvt_rangemap_clear(&p->regions);
 	while (p->retired != NULL) {
 		struct kvt_rimp *ri = p->retired;
 
@@ -563,7 +502,7 @@ log_paths(const struct kvt_peer *p)
 			off += (size_t)n;
 	}
 	KVT_LOG(NOTICE, "peer %s (%s) open: %u region(s); data over %s",
-		p->info.name, p->addr, p->rt->n, list);
+		p->info.name, p->addr, p->regions.n, list);
 }
 
 static struct kvt_peer *
@@ -720,13 +659,35 @@ kvt_peers_close_all(void)
 	}
 }
 
+struct regions_out {
+	struct kvt_region *out;
+	unsigned int max;
+	unsigned int n;
+};
+
+static int
+region_out(void *v, void *arg)
+{
+	const struct kvt_rmem *rm = &((struct kvt_rimp *)v)->rm;
+	struct regions_out *o = arg;
+	struct kvt_region *r = &o->out[o->n];
+
+	if (o->n++ >= o->max)
+		return 0;
+	memset(r, 0, sizeof(*r));
+	r->base = rm->base;
+	r->len = rm->len;
+	r->flags = rm->flags & (KVT_MEM_REMOTE_READ | KVT_MEM_REMOTE_WRITE);
+	r->fence_slots = rm->fence_slots;
+	kvt_loc_str(&rm->loc, r->loc, sizeof(r->loc));
+	return 0;
+}
+
 int
 kvt_peer_regions(struct kvt_peer *p, struct kvt_region *out, unsigned int max)
 {
-	const struct kvt_rtable *t;
-	const struct kvt_rmem *rm;
-	unsigned int i, tok;
-	int n;
+	struct regions_out o = { out, max, 0 };
+	unsigned int tok;
 
 	if (kvt_eng == NULL)
 		return -ENODEV;
@@ -735,20 +696,9 @@ kvt_peer_regions(struct kvt_peer *p, struct kvt_region *out, unsigned int max)
 	if (__atomic_load_n(&p->state, __ATOMIC_ACQUIRE) != KVT_PEER_UP)
 		return -ECONNRESET;
 	tok = kvt_rcu_read_lock();
-	t = __atomic_load_n(&p->rt, __ATOMIC_ACQUIRE);
-	for (i = 0; i < t->n && i < max; i++) {
-		rm = &t->r[i]->rm;
-		memset(&out[i], 0, sizeof(out[i]));
-		out[i].base = rm->base;
-		out[i].len = rm->len;
-		out[i].flags = rm->flags & (KVT_MEM_REMOTE_READ |
-					    KVT_MEM_REMOTE_WRITE);
-		out[i].fence_slots = rm->fence_slots;
-		kvt_loc_str(&rm->loc, out[i].loc, sizeof(out[i].loc));
-	}
-	n = (int)t->n;
+	kvt_rangemap_walk(&p->regions, region_out, &o);
 	kvt_rcu_read_unlock(tok);
-	return n;
+	return (int)o.n;
 }
 
 int

@@ -292,22 +292,48 @@ cmd_burst(unsigned int id, size_t off, uint64_t raddr, size_t len,
  * that a transfer there passes kvt's own range check and only the NIC
  * (its key checks) stands between the request and the memory.
  */
+struct nth {
+	unsigned int i;
+	struct kvt_rimp *ri;
+};
+
+static int
+nth_region(void *ri, void *arg)
+{
+	struct nth *n = arg;
+
+	if (n->i-- != 0)
+		return 0;
+	n->ri = ri;
+	return 1;
+}
+
 static void
 cmd_forge(unsigned int i, uint64_t base)
 {
-	struct kvt_rtable *t;
+	struct nth n = { i, NULL };
+	void *v;
+	int ret;
 
 	if (peer == NULL) {
 		printf("err no peer\n");
 		return;
 	}
-	t = peer->rt;
-	if (i >= t->n) {
+	kvt_rangemap_walk(&peer->regions, nth_region, &n);
+	if (n.ri == NULL) {
 		printf("err index\n");
 		return;
 	}
-	t->r[i]->rm.base = base;
-	printf("ok\n");
+	/* Re-keyed in the peer's map, as if the peer had announced it at
+	 * base (the control thread does not change the map meanwhile: the
+	 * test's peer registers nothing). */
+	kvt_rangemap_remove(&peer->regions, n.ri->rm.base, &v);
+	n.ri->rm.base = base;
+	ret = kvt_rangemap_insert(&peer->regions, base, n.ri->rm.len, n.ri);
+	if (ret < 0)
+		printf("err %d\n", ret);
+	else
+		printf("ok\n");
 }
 
 static int

@@ -6,7 +6,9 @@
  *   rcu      a reader never sees an object its writer freed;
  *   overlap  two claims that overlap are never both held;
  *   inbox    every notification arrives exactly once;
- *   stripe   concurrent picks lose no byte and follow the rates.
+ *   stripe   concurrent picks lose no byte and follow the rates;
+ *   rangemap a reader finds every range that stays, never one removed
+ *            before it looked, and the map agrees with a plain model.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -25,6 +27,7 @@
 
 #include "kvt.h"
 #include "kvt_private.h"
+#include "rangemap.h"
 #include "test_common.h"
 
 #include <rte_pause.h>
@@ -196,7 +199,7 @@ overlap_worker(void *arg)
 		n = k;
 		if (n == 0)
 			continue;
-		if (kvt_claim_take(claims, cp, r, n) != 0) {
+		if (kvt_claim_take(&claims, cp, r, n) != 0) {
 			a->refused++;
 			continue;
 		}
@@ -230,7 +233,8 @@ Test(stress, overlap_claims_exclusive, .timeout = 120)
 	unsigned int i;
 
 	workers_reset();
-	claims = kvt_claims_new();
+	/* The workers' first claims race to make the table. */
+	claims = NULL;
 	for (i = 0; i < THREADS; i++) {
 		a[i] = (struct ov_arg){ .id = i };
 		pthread_create(&th[i], NULL, overlap_worker, &a[i]);
@@ -245,9 +249,10 @@ Test(stress, overlap_claims_exclusive, .timeout = 120)
 		    refused);
 	cr_assert_gt(taken, 100000);
 	/* Nothing left behind: the whole region can be claimed now. */
-	cr_assert_eq(kvt_claim_take(claims, &c, &r, 1), 0, "a claim was not dropped");
+	cr_assert_eq(kvt_claim_take(&claims, &c, &r, 1), 0, "a claim was not dropped");
 	kvt_claim_drop(&c);
 	kvt_claims_free(claims);
+	claims = NULL;
 }
 
 /* ---- the notification inbox ---- */
@@ -394,4 +399,163 @@ Test(stress, stripe_picks_follow_rates, .timeout = 120)
 	for (i = 0; i < 3; i++)
 		kvt_eng->ports[i]->inflight_bytes = 0;
 	kvt_fini();
+}
+
+/* ---- rangemap ---- */
+
+#define RM_STABLE 512		/* always there: even slots */
+#define RM_SLOTS (2 * RM_STABLE)
+#define RM_SPAN 4096		/* slot i covers [i * SPAN, i * SPAN + len) */
+
+struct rm_val {
+	uint64_t alive;		/* 0xa11ce while the map may hand it out */
+	unsigned int slot;
+};
+
+static struct kvt_rangemap rmap;
+static struct rm_val rm_vals[RM_SLOTS];
+
+static void *
+rangemap_reader(void *arg)
+{
+	uint64_t *reads = arg, addr;
+	unsigned int seed = (unsigned int)(uintptr_t)arg, tok, slot, k;
+	struct rm_val *v;
+
+	while (!__atomic_load_n(&stop, __ATOMIC_ACQUIRE)) {
+		slot = (unsigned int)rand_r(&seed) % RM_SLOTS;
+		addr = (uint64_t)slot * RM_SPAN + (unsigned int)rand_r(&seed) % (1024 - 8);
+		tok = kvt_rcu_read_lock();
+		v = kvt_rangemap_find(&rmap, addr, 8);
+		if (v == NULL && slot % 2 == 0)
+			FAIL("stable slot %u not found", slot);
+		if (v != NULL && v->slot != slot)
+			FAIL("address of slot %u found slot %u", slot, v->slot);
+		for (k = 0; v != NULL && k < 32; k++)
+			rte_pause();
+		if (v != NULL && v->alive != 0xa11ce)
+			FAIL("slot %u was removed under a reader", slot);
+		kvt_rcu_read_unlock(tok);
+		__atomic_store_n(reads, *reads + 1, __ATOMIC_RELAXED);
+	}
+	return NULL;
+}
+
+Test(stress, rangemap_readers_see_whole_map, .timeout = 120)
+{
+	pthread_t th[THREADS];
+	uint64_t reads[THREADS] = { 0 }, t0;
+	unsigned int i, slot, seed = 7, changes = 0;
+	void *v;
+
+	workers_reset();
+	for (i = 0; i < RM_SLOTS; i++) {
+		rm_vals[i].slot = i;
+		if (i % 2 == 0) {
+			rm_vals[i].alive = 0xa11ce;
+			cr_assert_eq(kvt_rangemap_insert(&rmap, (uint64_t)i * RM_SPAN,
+							 1024, &rm_vals[i]), 0);
+		}
+	}
+	for (i = 0; i < THREADS; i++)
+		pthread_create(&th[i], NULL, rangemap_reader, &reads[i]);
+	/* Odd slots come and go: 20 000 changes at least, and on until the
+	 * readers made 100 000 lookups, 60 s at most. */
+	t0 = tc_now_us();
+	while ((changes < 20000 || reads_sum(reads) <= 100000) && !failed &&
+	       tc_now_us() - t0 < 60000000) {
+		slot = ((unsigned int)rand_r(&seed) % RM_STABLE) * 2 + 1;
+		if (rm_vals[slot].alive == 0xa11ce) {
+			cr_assert_eq(kvt_rangemap_remove(&rmap, (uint64_t)slot * RM_SPAN,
+							 &v), 0);
+			cr_assert_eq(v, &rm_vals[slot]);
+			/* Removal waited for the readers that could see it. */
+			rm_vals[slot].alive = 0xdead;
+		} else {
+			rm_vals[slot].alive = 0xa11ce;
+			cr_assert_eq(kvt_rangemap_insert(&rmap, (uint64_t)slot * RM_SPAN,
+							 1024, &rm_vals[slot]), 0);
+		}
+		changes++;
+	}
+	__atomic_store_n(&stop, 1, __ATOMIC_RELEASE);
+	for (i = 0; i < THREADS; i++)
+		pthread_join(th[i], NULL);
+	check_workers();
+	cr_log_info("rangemap: %u changes, %" PRIu64 " lookups", changes,
+		    reads_sum(reads));
+	cr_assert_gt(reads_sum(reads), 100000, "the readers hardly ran");
+	kvt_rangemap_clear(&rmap);
+}
+
+/* Random inserts and removes of ranges of random size, checked against a
+ * byte-per-unit model: overlaps refused, lookups exact at every edge. */
+#define MODEL_UNITS 4096
+
+static int
+count_one(void *v, void *arg)
+{
+	RTE_SET_USED(v);
+	(*(unsigned int *)arg)++;
+	return 0;
+}
+
+Test(stress, rangemap_matches_a_model, .timeout = 120)
+{
+	/* Unit u belongs to the range starting at owner_of[u] - 1 (0: none). */
+	static uint16_t owner_of[MODEL_UNITS];
+	static uint64_t len_of[MODEL_UNITS];
+	struct kvt_rangemap m = { 0 };
+	unsigned int seed = 11, op, u, n, live = 0, walked;
+	uint64_t b, l, a, want_len;
+	void *v;
+	int ret, free_span;
+
+	for (op = 0; op < 20000; op++) {
+		b = (uint64_t)rand_r(&seed) % MODEL_UNITS;
+		if (rand_r(&seed) % 3 != 0 || live == 0) {
+			l = 1 + (uint64_t)rand_r(&seed) % 16;
+			if (b + l > MODEL_UNITS)
+				l = MODEL_UNITS - b;
+			for (free_span = 1, u = (unsigned int)b; u < b + l; u++)
+				free_span &= owner_of[u] == 0;
+			ret = kvt_rangemap_insert(&m, b, l, (void *)(uintptr_t)(b + 1));
+			cr_assert_eq(ret, free_span ? 0 : -EEXIST,
+				     "insert [%" PRIu64 ", +%" PRIu64 "): %d", b, l, ret);
+			if (ret == 0) {
+				for (u = (unsigned int)b; u < b + l; u++)
+					owner_of[u] = (uint16_t)(b + 1);
+				len_of[b] = l;
+				live++;
+			}
+		} else {
+			n = owner_of[b];
+			ret = kvt_rangemap_remove(&m, b, &v);
+			if (n != b + 1) {
+				cr_assert_eq(ret, -ENOENT);
+				continue;
+			}
+			cr_assert_eq(ret, 0);
+			cr_assert_eq((uintptr_t)v, n);
+			for (u = (unsigned int)b; u < b + len_of[b]; u++)
+				owner_of[u] = 0;
+			live--;
+		}
+		/* A lookup inside a range, one to its very end, one past it. */
+		a = (uint64_t)rand_r(&seed) % MODEL_UNITS;
+		n = owner_of[a];
+		v = kvt_rangemap_find(&m, a, 1);
+		cr_assert_eq((uintptr_t)v, n, "find %" PRIu64 ": %p, model %u", a, v, n);
+		if (n != 0) {
+			want_len = (n - 1) + len_of[n - 1] - a;
+			cr_assert_eq((uintptr_t)kvt_rangemap_find(&m, a, want_len), n);
+			cr_assert_eq(kvt_rangemap_find(&m, a, want_len + 1), NULL);
+		}
+	}
+	walked = 0;
+	kvt_rangemap_walk(&m, count_one, &walked);
+	cr_assert_eq(walked, live);
+	cr_assert_eq(m.n, live);
+	cr_log_info("rangemap model: %u ranges live at the end", live);
+	kvt_rangemap_clear(&m);
 }
