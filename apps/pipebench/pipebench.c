@@ -128,6 +128,7 @@ main(int argc, char **argv)
 	}
 	argc -= ret;
 	argv += ret;
+	optind = 0;	/* after the engine's own parsing */
 	while ((opt = getopt(argc, argv, "s:b:")) != -1) {
 		if (opt == 's')
 			secs = atof(optarg);
