@@ -271,23 +271,14 @@ struct kvt_desc {
  * retryable error (-ECONNRESET, -EIO, -ETIMEDOUT on a data slice) moves the
  * slice to another eligible port when there is one.  The descriptor must
  * not be touched afterwards.
+ *
+ * Every descriptor ends here, a DONE included: an ORDERED port reports
+ * it (err 0, even on a dead connection) after everything queued before it
+ * on the connection, and the engine stores the done word.  Completions
+ * reported during one submit or poll call are settled when the call
+ * returns, in the order they were reported.
  */
 void kvt_desc_complete(struct kvt_desc *d, int err);
-
-/**
- * CPU-driven ports: carry out a DONE descriptor (after everything queued
- * before it on the connection completed).  A DONE is honoured even on a
- * dead connection: it is a local store.  It is also the descriptor's end:
- * the application may reuse the submission's memory as soon as it sees
- * the store, so the port must not touch the descriptor again (no
- * kvt_desc_complete() for it).
- */
-static inline void
-kvt_desc_store_done(const struct kvt_desc *d)
-{
-	__atomic_store_n((uint64_t *)(uintptr_t)d->remote, d->value,
-			 __ATOMIC_RELEASE);
-}
 
 /**
  * Add to one of a port's counters (struct kvt_port.st).  Only the port's

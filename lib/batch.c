@@ -430,8 +430,8 @@ slice_done(struct kvt_desc *d, int err)
 		tails_start(s, here);
 }
 
-void
-kvt_desc_complete(struct kvt_desc *d, int err)
+static void
+settle_one(struct kvt_desc *d, int err)
 {
 	switch (d->op) {
 	case KVT_DESC_READ:
@@ -442,14 +442,123 @@ kvt_desc_complete(struct kvt_desc *d, int err)
 	case KVT_DESC_NOTIFY:
 		tail_done(d, err);
 		break;
-	case KVT_DESC_SUB:
-		if (err != 0)
-			set_err(&((struct kvt_sub *)d->owner)->err, err);
+	case KVT_DESC_DONE:
+		/* The last touch: the submission may be reused after it. */
+		kvt_desc_store_done(d);
 		break;
 	default:
-		/* DONE: the port already wrote the done word. */
 		break;
 	}
+}
+
+/*
+ * A PMD reports a completion.  On its lcore it is queued and settled when
+ * the PMD's call returns, with the others of that call (kvt_desc_settle):
+ * counters, rate and frees once per burst.  Elsewhere (a shutdown path)
+ * it settles now.  A whole submission's error settles now: the port
+ * stores its done word right after.
+ */
+void
+kvt_desc_complete(struct kvt_desc *d, int err)
+{
+	struct kvt_lcore *lc;
+
+	if (d->op == KVT_DESC_SUB) {
+		if (err != 0)
+			set_err(&((struct kvt_sub *)d->owner)->err, err);
+		return;
+	}
+	lc = kvt_lcore_of_port(kvt_eng->ports[d->port]);
+	if (lc != NULL && lc->ncpl < KVT_CPL_MAX &&
+	    __atomic_load_n(&lc->running, __ATOMIC_ACQUIRE) &&
+	    pthread_equal(lc->thread, pthread_self())) {
+		lc->cpl[lc->ncpl].d = d;
+		lc->cpl[lc->ncpl].err = err;
+		lc->ncpl++;
+		return;
+	}
+	settle_one(d, err);
+}
+
+/* Slices of one port settled in a burst, counted once. */
+struct burst_acc {
+	struct kvt_port *port;
+	uint64_t bytes;
+	uint64_t wbytes;
+	uint64_t rbytes;
+	uint64_t slices;
+};
+
+static void
+acc_commit(struct burst_acc *a, uint64_t now)
+{
+	struct kvt_port *p = a->port;
+
+	if (p == NULL || a->slices == 0)
+		return;
+	kvt_stripe_account_local(p, (uint32_t)RTE_MIN(a->bytes, (uint64_t)UINT32_MAX),
+				 now);
+	kvt_stat_add(&p->st.slices, a->slices);
+	if (a->wbytes != 0)
+		kvt_stat_add(&p->st.write_bytes, a->wbytes);
+	if (a->rbytes != 0)
+		kvt_stat_add(&p->st.read_bytes, a->rbytes);
+	*a = (struct burst_acc){ 0 };
+}
+
+/* A slice that succeeded, in a burst: what slice_done does, with the
+ * counters in a and the descriptor to free in fr. */
+static void
+slice_ok(struct kvt_desc *d, struct burst_acc *a, uint64_t now,
+	 struct kvt_desc **fr, unsigned int *nfr)
+{
+	struct kvt_req *r = d->owner;
+	struct kvt_sub *s = r->s;
+	uint32_t len = d->len;
+	unsigned int here = d->port;
+
+	if (a->port != kvt_eng->ports[here]) {
+		acc_commit(a, now);
+		a->port = kvt_eng->ports[here];
+	}
+	a->bytes += len;
+	a->slices++;
+	if (d->op == KVT_DESC_WRITE)
+		a->wbytes += len;
+	else
+		a->rbytes += len;
+	if (!(d->flags & KVT_DF_EMBEDDED))
+		fr[(*nfr)++] = d;
+	if (s->mode == SUB_ORDERED)
+		return;
+	if (__atomic_add_fetch(&r->settled, len, __ATOMIC_ACQ_REL) == r->x.len &&
+	    __atomic_sub_fetch(&s->pending, 1, __ATOMIC_ACQ_REL) == 0)
+		tails_start(s, here);
+}
+
+void
+kvt_desc_settle(const struct kvt_cpl *c, unsigned int n)
+{
+	struct kvt_desc *fr[KVT_CPL_MAX];
+	struct burst_acc a = { 0 };
+	uint64_t now = rte_get_tsc_cycles();
+	unsigned int i, nfr = 0;
+	struct kvt_desc *d;
+
+	for (i = 0; i < n; i++) {
+		d = c[i].d;
+		if ((d->op == KVT_DESC_READ || d->op == KVT_DESC_WRITE) &&
+		    c[i].err == 0) {
+			slice_ok(d, &a, now, fr, &nfr);
+			continue;
+		}
+		/* Counted before a done word the application may act on. */
+		acc_commit(&a, now);
+		settle_one(d, c[i].err);
+	}
+	acc_commit(&a, now);
+	if (nfr != 0)
+		rte_mempool_put_bulk(kvt_eng->pool, (void **)fr, nfr);
 }
 
 int
@@ -505,6 +614,16 @@ enqueue(struct kvt_batch *b, struct kvt_desc **d, unsigned int n)
 	uint8_t taken[KVT_BURST] = { 0 };
 	unsigned int i, j, k, g, lc;
 
+	/* Mostly one lcore serves the whole burst: one enqueue. */
+	lc = kvt_eng->ports[d[0]->port]->lcore;
+	for (i = 1; i < n && kvt_eng->ports[d[i]->port]->lcore == lc; i++)
+		;
+	if (i == n) {
+		k = kvt_lcore_enqueue(lc, d, n);
+		for (; k < n; k++)
+			stash_push(b, d[k]);
+		return b->stash == NULL;
+	}
 	for (i = 0; i < n; i++) {
 		if (taken[i])
 			continue;

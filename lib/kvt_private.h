@@ -92,6 +92,14 @@ void kvt_rcu_synchronize(void);
 /* Lcores and ports (lcore.c, port.c)                                  */
 /* ------------------------------------------------------------------ */
 
+/* A completion a PMD reported on its lcore, settled after its call. */
+struct kvt_cpl {
+	struct kvt_desc *d;
+	int err;
+};
+
+#define KVT_CPL_MAX 256
+
 struct kvt_lcore {
 	unsigned int id;
 	struct rte_ring *ring;
@@ -104,6 +112,9 @@ struct kvt_lcore {
 	struct kvt_desc *defer_tail;
 	uint64_t loops;
 	uint64_t idle_loops;
+	pthread_t thread;	/* set before running is */
+	unsigned int ncpl;	/* completions not settled yet */
+	struct kvt_cpl cpl[KVT_CPL_MAX];
 };
 
 /* Descriptor flags (kvt_desc.flags). */
@@ -148,6 +159,17 @@ unsigned int kvt_lcore_enqueue(unsigned int lcore_idx, struct kvt_desc **d,
 void kvt_lcore_defer(struct kvt_desc *d);
 struct kvt_lcore *kvt_lcore_of_port(const struct kvt_port *p);
 void kvt_desc_free(struct kvt_desc *d);
+/* A DONE descriptor's store: the application may reuse the submission's
+ * memory once it sees it, so it is the descriptor's last touch. */
+static inline void
+kvt_desc_store_done(const struct kvt_desc *d)
+{
+	__atomic_store_n((uint64_t *)(uintptr_t)d->remote, d->value,
+			 __ATOMIC_RELEASE);
+}
+
+/* Lcore: settle the completions its PMDs reported, in their order. */
+void kvt_desc_settle(const struct kvt_cpl *c, unsigned int n);
 /* Test hooks: thread id and loop count of kvt's idx-th lcore. */
 int kvt_lcore_tid(unsigned int idx);
 uint64_t kvt_lcore_loops(unsigned int idx);
@@ -463,6 +485,9 @@ unsigned int kvt_stripe_pick(uint32_t mask, uint32_t len, uint64_t seq);
 /* The ports of mask that may take more slices now (below their cap). */
 uint32_t kvt_stripe_room(uint32_t mask);
 void kvt_stripe_account(struct kvt_port *p, uint32_t len, uint64_t now_tsc);
+/* The same, on p's own lcore. */
+void kvt_stripe_account_local(struct kvt_port *p, uint32_t len,
+			      uint64_t now_tsc);
 
 void kvt_batches_cancel_all(void);
 /* Free batches the application freed once their work settled. */

@@ -111,6 +111,20 @@ kvt_lcore_defer(struct kvt_desc *d)
 	lc->defer_tail = d;
 }
 
+/* Settle what the PMDs reported during the call that just returned. */
+static inline void
+settle(struct kvt_lcore *lc)
+{
+	unsigned int n = lc->ncpl;
+
+	if (n == 0)
+		return;
+	lc->ncpl = 0;
+	/* Settling queues nothing here (tails are deferred or go to another
+	 * lcore's ring), so the array is not appended to meanwhile. */
+	kvt_desc_settle(lc->cpl, n);
+}
+
 static void
 run_call(struct kvt_desc *d)
 {
@@ -134,7 +148,7 @@ single(const struct kvt_desc *d)
 
 /* Hand a burst to the ports, in runs of descriptors for the same port. */
 static void
-dispatch(struct kvt_desc **d, unsigned int n)
+dispatch(struct kvt_lcore *lc, struct kvt_desc **d, unsigned int n)
 {
 	struct kvt_port *p;
 	unsigned int i = 0, j;
@@ -142,6 +156,7 @@ dispatch(struct kvt_desc **d, unsigned int n)
 	while (i < n) {
 		if (d[i]->op == KVT_DESC_CALL) {
 			run_call(d[i++]);
+			settle(lc);
 			continue;
 		}
 		/* A fence or notification of a failed submission must not
@@ -163,8 +178,10 @@ dispatch(struct kvt_desc **d, unsigned int n)
 			j++;
 		p = kvt_eng->ports[d[i]->port];
 		p->pmd->ops->submit(p, &d[i], j - i);
+		settle(lc);
 		i = j;
 	}
+	settle(lc);
 }
 
 /* @return the work done; waiting retries are not work, so an lcore that
@@ -180,7 +197,7 @@ run_deferred(struct kvt_lcore *lc)
 	for (; d != NULL; d = next) {
 		next = d->next;
 		n += !(d->flags & KVT_DF_RETRY) && d->op != KVT_DESC_DONE;
-		dispatch(&d, 1);
+		dispatch(lc, &d, 1);
 	}
 	return n;
 }
@@ -217,6 +234,8 @@ lcore_main(void *arg)
 	unsigned int n, i, work;
 
 	__atomic_store_n(&lc->tid, (int)syscall(SYS_gettid), __ATOMIC_RELEASE);
+	lc->thread = pthread_self();
+	lc->ncpl = 0;
 	__atomic_store_n(&lc->running, 1, __ATOMIC_RELEASE);
 	while (!__atomic_load_n(&lc->stop, __ATOMIC_ACQUIRE)) {
 		work = 0;
@@ -224,7 +243,7 @@ lcore_main(void *arg)
 					      KVT_BURST, NULL);
 		if (n != 0) {
 			KVT_TSAN_ACQUIRE(lc->ring);
-			dispatch(burst, n);
+			dispatch(lc, burst, n);
 			work += n;
 		}
 		if (lc->defer != NULL)
@@ -232,6 +251,7 @@ lcore_main(void *arg)
 		for (i = 0; i < lc->nports; i++) {
 			p = lc->ports[i];
 			work += p->pmd->ops->poll(p);
+			settle(lc);
 			if (p->done_bytes != 0) {
 				__atomic_fetch_sub(&p->inflight_bytes, p->done_bytes,
 						   __ATOMIC_RELAXED);
@@ -247,6 +267,7 @@ lcore_main(void *arg)
 		if (rte_get_tsc_cycles() - last_work > grace)
 			idle_wait(o);
 	}
+	settle(lc);
 	__atomic_store_n(&lc->running, 0, __ATOMIC_RELEASE);
 	/* EAL's wait for a finished lcore is invisible to TSan. */
 	KVT_TSAN_RELEASE(lc);

@@ -103,19 +103,18 @@ backlogged(const struct kvt_port *p)
 	return q >= (uint64_t)KVT_BACKLOG_SLICES * kvt_eng->o.slice;
 }
 
-/* Lcore of p: a slice of len bytes left p at TSC time now. */
-void
-kvt_stripe_account(struct kvt_port *p, uint32_t len, uint64_t now)
+/* Slices of len bytes left p at TSC time now; local: on p's lcore. */
+static void
+account(struct kvt_port *p, uint32_t len, uint64_t now, int local)
 {
 	static uint64_t win;	/* window length in TSC cycles */
 	uint64_t el, rate;
-
 
 	if (win == 0)
 		win = rte_get_tsc_hz() / 1000000 * KVT_RATE_WINDOW_US;
 	/* Submitters add to inflight_bytes on another cpu: the port's own
 	 * lcore takes its settled bytes off once a loop, not per slice. */
-	if (rte_lcore_id() == p->lcore)
+	if (local)
 		p->done_bytes += len;
 	else
 		__atomic_fetch_sub(&p->inflight_bytes, len, __ATOMIC_RELAXED);
@@ -150,4 +149,16 @@ kvt_stripe_account(struct kvt_port *p, uint32_t len, uint64_t now)
 			 __ATOMIC_RELAXED);
 	p->rate_win_bytes = 0;
 	p->rate_win_start = now;
+}
+
+void
+kvt_stripe_account(struct kvt_port *p, uint32_t len, uint64_t now)
+{
+	account(p, len, now, rte_lcore_id() == p->lcore);
+}
+
+void
+kvt_stripe_account_local(struct kvt_port *p, uint32_t len, uint64_t now)
+{
+	account(p, len, now, 1);
 }

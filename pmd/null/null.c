@@ -49,14 +49,8 @@ null_submit(struct kvt_port *port, struct kvt_desc **d, unsigned int n)
 	unsigned int i;
 
 	RTE_SET_USED(port);
-	for (i = 0; i < n; i++) {
-		/* After the done store the submission may be reused: not a
-		 * byte of it is read again. */
-		if (d[i]->op == KVT_DESC_DONE)
-			kvt_desc_store_done(d[i]);
-		else
-			kvt_desc_complete(d[i], 0);
-	}
+	for (i = 0; i < n; i++)
+		kvt_desc_complete(d[i], 0);
 }
 
 static unsigned int

@@ -142,14 +142,10 @@ shm_submit(struct kvt_port *port, struct kvt_desc **d, unsigned int n)
 {
 	unsigned int i;
 
-	for (i = 0; i < n; i++) {
-		/* Once the done word is stored the submission may be reused:
-		 * a DONE descriptor is not touched after its store. */
-		if (d[i]->op == KVT_DESC_DONE)
-			kvt_desc_store_done(d[i]);
-		else
-			kvt_desc_complete(d[i], shm_do(port, d[i]));
-	}
+	/* A DONE is the engine's store: nothing to do but report it. */
+	for (i = 0; i < n; i++)
+		kvt_desc_complete(d[i], d[i]->op == KVT_DESC_DONE ? 0 :
+				  shm_do(port, d[i]));
 }
 
 static unsigned int
