@@ -475,7 +475,8 @@ struct kvt_claim {
 };
 
 /* Claim sorted ranges r[0..n) of the region whose table *tp is (NULL
- * until the first claim); @return 0, -EBUSY, -ENOMEM. */
+ * until the first claim), inside a read section (the claims it reads
+ * point into other batches); @return 0, -EBUSY, -ENOMEM. */
 int kvt_claim_take(struct kvt_claims **tp, struct kvt_claim *c,
 		   const struct kvt_range *r, unsigned int n);
 void kvt_claim_drop(struct kvt_claim *c);

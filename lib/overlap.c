@@ -101,7 +101,7 @@ kvt_claim_take(struct kvt_claims **tp, struct kvt_claim *c,
 {
 	struct kvt_claims *t = table_of(tp);
 	const struct kvt_claim *o, *none;
-	unsigned int i, hwm, tok;
+	unsigned int i, hwm;
 	int slot = -1, clash = 0;
 
 	if (t == NULL)
@@ -127,7 +127,6 @@ kvt_claim_take(struct kvt_claims **tp, struct kvt_claim *c,
 	}
 	raise_hwm(t, (uint32_t)slot + 1);
 	__atomic_thread_fence(__ATOMIC_SEQ_CST);
-	tok = kvt_rcu_read_lock();
 	hwm = __atomic_load_n(&t->hwm, __ATOMIC_SEQ_CST);
 	for (i = 0; i < hwm && !clash; i++) {
 		if ((int)i == slot)
@@ -135,7 +134,6 @@ kvt_claim_take(struct kvt_claims **tp, struct kvt_claim *c,
 		o = __atomic_load_n(&t->slot[i], __ATOMIC_ACQUIRE);
 		clash = o != NULL && claims_overlap(c, o);
 	}
-	kvt_rcu_read_unlock(tok);
 	if (clash) {
 		__atomic_store_n(&t->slot[slot], NULL, __ATOMIC_RELEASE);
 		c->table = NULL;

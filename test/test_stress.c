@@ -179,6 +179,8 @@ overlap_worker(void *arg)
 	struct kvt_range rs[SETS][3], *r;
 	struct kvt_claim cs[SETS], *cp;
 	uint8_t want;
+	unsigned int tok;
+	int ret;
 
 	for (i = 0; i < 300000 && !__atomic_load_n(&stop, __ATOMIC_ACQUIRE); i++) {
 		if (i % SETS == 0)
@@ -199,7 +201,11 @@ overlap_worker(void *arg)
 		n = k;
 		if (n == 0)
 			continue;
-		if (kvt_claim_take(&claims, cp, r, n) != 0) {
+		/* Taken inside a read section, as submit does. */
+		tok = kvt_rcu_read_lock();
+		ret = kvt_claim_take(&claims, cp, r, n);
+		kvt_rcu_read_unlock(tok);
+		if (ret != 0) {
 			a->refused++;
 			continue;
 		}
