@@ -231,7 +231,8 @@ tail_issue(struct kvt_sub *s, struct kvt_desc *d, unsigned int here)
 	d->port = (uint16_t)port;
 	d->conn = s->peer->conn[port];
 	if (port == here) {
-		kvt_lcore_defer(d);
+		if (kvt_lcore_defer(d) < 0)
+			tail_done(d, -ECANCELED);
 		return;
 	}
 	if (!lcores_up() ||
@@ -281,8 +282,7 @@ notify_retry(struct kvt_desc *d, int err)
 		return 0;
 	}
 	((struct kvt_sub *)d->owner)->notify_pending = 1;
-	kvt_lcore_defer(d);
-	return 1;
+	return kvt_lcore_defer(d) == 0;
 }
 
 static int retryable(int err);

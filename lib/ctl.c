@@ -714,8 +714,8 @@ peer_ping(struct kvt_peer *p, uint64_t now)
 	kvt_buf_free(&b);
 }
 
-int
-kvt_ctl_adopt_peer(struct kvt_peer *p)
+static int
+adopt_peer(struct kvt_peer *p)
 {
 	struct epoll_event ev = { .events = EPOLLIN };
 
@@ -729,12 +729,17 @@ kvt_ctl_adopt_peer(struct kvt_peer *p)
 	return 0;
 }
 
-void
-kvt_ctl_forget_peer(struct kvt_peer *p)
+static void
+forget_peer(struct kvt_peer *p)
 {
 	if (ctl_epfd >= 0 && p->fd >= 0)
 		epoll_ctl(ctl_epfd, EPOLL_CTL_DEL, p->fd, NULL);
 }
+
+static const struct kvt_ctl_hooks ctl_hooks = {
+	.adopt_peer = adopt_peer,
+	.forget_peer = forget_peer,
+};
 
 static void
 accept_resume(uint64_t now)
@@ -912,6 +917,7 @@ kvt_ctl_start(void)
 	ret = kvt_mem_event_subscribe(region_event, NULL);
 	if (ret < 0)
 		goto close_pipe;
+	e->ctl_hooks = &ctl_hooks;
 	e->ctl_running = 1;
 	ret = rte_ctrl_thread_create(&e->ctl_thread, "kvt-ctl", NULL, ctl_main,
 				     NULL);
@@ -923,6 +929,7 @@ kvt_ctl_start(void)
 	return 0;
 
 unsubscribe:
+	e->ctl_hooks = NULL;
 	kvt_mem_event_unsubscribe(region_event, NULL);
 close_pipe:
 	close(e->ctl_wake[0]);
@@ -958,4 +965,5 @@ kvt_ctl_stop(void)
 	close(ctl_epfd);
 	e->listen_fd = ctl_epfd = -1;
 	e->ctl_wake[0] = e->ctl_wake[1] = -1;
+	e->ctl_hooks = NULL;
 }

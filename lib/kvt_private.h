@@ -155,8 +155,10 @@ void kvt_lcores_free(void);
 /* Hand descriptors to their ports' lcores; @return how many were taken. */
 unsigned int kvt_lcore_enqueue(unsigned int lcore_idx, struct kvt_desc **d,
 			       unsigned int n);
-/* Lcore context: run a descriptor on this lcore's next iteration. */
-void kvt_lcore_defer(struct kvt_desc *d);
+/* On an lcore: run d on its next turn (FIFO); -ENOENT off an lcore. */
+int kvt_lcore_defer(struct kvt_desc *d);
+void kvt_lcore_ring_attach(struct kvt_lcore *lc);
+void kvt_lcore_ring_detach(struct kvt_lcore *lc);
 struct kvt_lcore *kvt_lcore_of_port(const struct kvt_port *p);
 void kvt_desc_free(struct kvt_desc *d);
 /* A DONE descriptor's store: the application may reuse the submission's
@@ -430,10 +432,6 @@ void kvt_once_forget(struct kvt_once *o, uint32_t seq);
 
 int kvt_ctl_start(void);
 void kvt_ctl_stop(void);
-/* Hand an opened peer's control connection to the control thread. */
-int kvt_ctl_adopt_peer(struct kvt_peer *p);
-/* Stop watching a peer's control connection (under ctl_lock). */
-void kvt_ctl_forget_peer(struct kvt_peer *p);
 /* A PORT_MSG arrived for local port `port` of owner's connections. */
 int kvt_ctl_port_msg(struct kvt_conn **conns, const uint8_t *p, size_t len);
 /* Queue a frame on an inbound session (control thread). */
@@ -514,8 +512,20 @@ void kvt_fence_fini(void);
 /* The engine (engine.c)                                               */
 /* ------------------------------------------------------------------ */
 
+/*
+ * How a peer hands its control connection to the control thread and
+ * takes it back (under ctl_lock).  ctl.c sets them when it starts: peers
+ * use the control thread, which calls into peers, so not the other way
+ * round by name.
+ */
+struct kvt_ctl_hooks {
+	int (*adopt_peer)(struct kvt_peer *p);
+	void (*forget_peer)(struct kvt_peer *p);
+};
+
 struct kvt_engine {
 	struct kvt_opts o;
+	const struct kvt_ctl_hooks *ctl_hooks;	/* while ctl runs */
 	struct kvt_pmd_env env;
 	int eal_owned;		/* kvt called rte_eal_init */
 	char runtime_dir[PATH_MAX];

@@ -24,8 +24,6 @@
 /* Stay hot this long after the last work before the idle policy applies. */
 #define KVT_IDLE_GRACE_US 200
 
-static struct kvt_lcore *lcore_by_id[RTE_MAX_LCORE];
-
 struct kvt_call {
 	struct kvt_desc d;	/* first, so the desc leads to the call */
 	int (*fn)(struct kvt_port *, void *);
@@ -35,12 +33,6 @@ struct kvt_call {
 };
 
 enum { CALL_PENDING, CALL_DONE, CALL_ABANDONED };
-
-struct kvt_lcore *
-kvt_lcore_of_port(const struct kvt_port *p)
-{
-	return lcore_by_id[p->lcore];
-}
 
 int
 kvt_lcore_tid(unsigned int idx)
@@ -73,42 +65,6 @@ kvt_set_idle(const char *policy)
 	__atomic_store_n(&kvt_eng->o.idle_us, us, __ATOMIC_RELAXED);
 	__atomic_store_n(&kvt_eng->o.idle, idle, __ATOMIC_RELEASE);
 	return 0;
-}
-
-void
-kvt_desc_free(struct kvt_desc *d)
-{
-	if (!(d->flags & KVT_DF_EMBEDDED))
-		rte_mempool_put(kvt_eng->pool, d);
-}
-
-unsigned int
-kvt_lcore_enqueue(unsigned int lcore_id, struct kvt_desc **d, unsigned int n)
-{
-	struct kvt_lcore *lc = lcore_by_id[lcore_id];
-
-	KVT_TSAN_RELEASE(lc->ring);
-	return rte_ring_mp_enqueue_burst(lc->ring, (void **)d, n, NULL);
-}
-
-void
-kvt_lcore_defer(struct kvt_desc *d)
-{
-	struct kvt_lcore *lc = lcore_by_id[rte_lcore_id() % RTE_MAX_LCORE];
-
-	/* Off an lcore (shutdown paths) there is nobody to run it later. */
-	if (rte_lcore_id() == LCORE_ID_ANY || lc == NULL) {
-		kvt_desc_complete(d, -ECANCELED);
-		return;
-	}
-	/* FIFO: a done marker must stay behind the notification it waits
-	 * for. */
-	d->next = NULL;
-	if (lc->defer == NULL)
-		lc->defer = d;
-	else
-		lc->defer_tail->next = d;
-	lc->defer_tail = d;
 }
 
 /* Settle what the PMDs reported during the call that just returned. */
@@ -168,7 +124,7 @@ dispatch(struct kvt_lcore *lc, struct kvt_desc **d, unsigned int n)
 				kvt_desc_complete(d[i++], -ECANCELED);
 				continue;
 			case KVT_GATE_WAIT:
-				kvt_lcore_defer(d[i++]);
+				kvt_lcore_defer(d[i++]);	/* on this lcore */
 				continue;
 			}
 		}
@@ -287,7 +243,7 @@ lcore_setup(struct kvt_lcore *lc)
 		KVT_LOG(ERR, "lcore %u: ring: %s", lc->id, rte_strerror(rte_errno));
 		return -rte_errno;
 	}
-	lcore_by_id[lc->id] = lc;
+	kvt_lcore_ring_attach(lc);
 	return 0;
 }
 
@@ -372,7 +328,7 @@ kvt_lcores_free(void)
 	unsigned int i;
 
 	for (i = 0; i < e->nlcores; i++) {
-		lcore_by_id[e->lcores[i].id] = NULL;
+		kvt_lcore_ring_detach(&e->lcores[i]);
 		rte_ring_free(e->lcores[i].ring);
 		e->lcores[i].ring = NULL;
 	}

@@ -592,7 +592,8 @@ kvt_peer_open(const char *addr, unsigned int timeout_ms)
 		goto free_peer;
 	}
 	pthread_mutex_lock(&kvt_eng->ctl_lock);
-	ret = kvt_ctl_adopt_peer(p);
+	ret = kvt_eng->ctl_hooks != NULL ? kvt_eng->ctl_hooks->adopt_peer(p) :
+		-ENOTCONN;
 	if (ret == 0) {
 		p->next = kvt_eng->peers;
 		kvt_eng->peers = p;
@@ -642,7 +643,8 @@ kvt_peer_close(struct kvt_peer *p)
 	}
 	peer_unlink(p);
 	__atomic_store_n(&p->state, KVT_PEER_CLOSED, __ATOMIC_RELEASE);
-	kvt_ctl_forget_peer(p);
+	if (kvt_eng->ctl_hooks != NULL)
+		kvt_eng->ctl_hooks->forget_peer(p);
 	pthread_mutex_unlock(&kvt_eng->ctl_lock);
 	peer_free(p);
 	return 0;
