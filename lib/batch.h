@@ -1,0 +1,233 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * Batches and submissions, shared by the four files that handle them:
+ *   submit.c    validation, overlap claims, the page-list arena (the
+ *               application thread, kvt_submit());
+ *   queue.c     slicing, striping and queueing to the lcores (any
+ *               thread that drives the batch: submit, poll, wait);
+ *   complete.c  completion, retries and tails (the lcores);
+ *   batch.c     poll, wait, status and the batch's life cycle.
+ *
+ * A submission is either
+ *  - ORDERED: every slice goes to one port whose PMD executes a
+ *    connection's descriptors in order; the fence, the notification and a
+ *    DONE marker are queued right behind the data on that port, so the
+ *    channel itself orders data before fence (same CUDA stream, same
+ *    shm lcore).  Completion is the DONE word the port writes.
+ *  - WHOLE: one port takes the whole submission as one descriptor and
+ *    orders data, fence, notification and done itself (the GPU path:
+ *    one kernel for all pages, then the fence on the same stream).
+ *  - STRIPED: slices spread over several ports.  Each slice's completion
+ *    adds its bytes to its request's settled word (acq_rel), and the
+ *    lcore whose slice settles the last request runs the tail: fence,
+ *    then notification, then the submission's done word.  The acq_rel
+ *    chain makes every other lcore's data writes happen-before the fence.
+ *
+ * Completion words live in batch memory: lcores store them with release
+ * semantics, kvt_poll() reads them with acquire loads.  Submit and poll
+ * never lock and never make a system call.
+ */
+#ifndef KVT_BATCH_H
+#define KVT_BATCH_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <rte_branch_prediction.h>
+
+#include "kvt_private.h"
+
+#define KVT_BATCH_MAGIC 0x6b766274u
+#define KVT_BATCH_MAX (1u << 24)
+#define SUB_CHUNK 64
+#define KVT_MAX_TRIES 3
+/* Descriptor flags beside KVT_DF_EMBEDDED: how often a slice moved. */
+#define DF_TRIES_SHIFT 4
+
+enum { SUB_STRIPED, SUB_ORDERED, SUB_WHOLE };
+#define SUB_F_FENCE 0x1
+#define SUB_F_NOTIFY 0x2
+
+enum { TAIL_FENCE, TAIL_NOTIFY, TAIL_DONE };
+
+struct kvt_req {
+	struct kvt_xreq x;	/* first: what whole-submission ports read */
+	uint64_t settled;	/* bytes done or failed; lcores add */
+	struct kvt_sub *s;
+	int32_t err;		/* first error; lcores CAS */
+	uint32_t mask;		/* ports that may carry it */
+	uint32_t fallback;	/* ports for when those are down */
+};
+
+/* The request's regions: x.lm and x.rm are the first members of the
+ * engine's records for them (one pointer each, not two: a submission of
+ * many small requests writes every byte of this array). */
+static inline struct kvt_mem *
+req_mem(const struct kvt_req *r)
+{
+	return (struct kvt_mem *)(uintptr_t)r->x.lm;
+}
+
+static inline struct kvt_rimp *
+req_rimp(const struct kvt_req *r)
+{
+	return (struct kvt_rimp *)(uintptr_t)r->x.rm;
+}
+
+struct kvt_sub {
+	struct kvt_desc tail[3];	/* fence, notify, done */
+	struct kvt_desc whole;	/* SUB_WHOLE: the one descriptor */
+	struct kvt_subinfo info;	/* SUB_WHOLE: what it points to */
+	struct kvt_batch *b;
+	struct kvt_peer *peer;
+	uint32_t first;
+	uint32_t n;
+	uint32_t pending;	/* STRIPED: requests not settled */
+	int32_t err;		/* first error of any request or tail */
+	uint64_t done;		/* 1 once everything, tails too, settled */
+	uint8_t mode;
+	uint8_t flags;
+	uint8_t finished;	/* references released */
+	uint8_t tails_queued;
+	uint8_t notify_pending;	/* lcore: the notification waits for room */
+	uint16_t port;		/* ORDERED: the port */
+	uint32_t next_req;	/* queueing cursor */
+	uint64_t next_off;
+	uint64_t slices_left;	/* slices not queued yet */
+	uint64_t wbytes;	/* bytes written / read, for peer stats */
+	uint64_t rbytes;
+	uint32_t all_mask;	/* ports any request may use */
+	uint8_t mixed;		/* requests use more than one region pair */
+	struct kvt_mem *m1;	/* otherwise, the one pair */
+	struct kvt_rimp *ri1;
+	uint32_t claim_first;
+	uint32_t nclaims;
+	struct kvt_rimp *fence_ri;
+	uint32_t fence_mask;
+	const struct kvt_xpages *pages;	/* a page list (one request) */
+	uint32_t notify_len;
+	uint8_t payload[KVT_NOTIFY_MAX];
+} __rte_cache_aligned;
+
+struct kvt_batch {
+	uint32_t magic;
+	uint32_t cap;
+	uint32_t used;		/* requests */
+	struct kvt_req *req;
+	struct kvt_range *ranges;
+	struct kvt_range *ranges_tmp;	/* scratch for sorting */
+	struct kvt_claim *claims;
+	uint32_t nclaims;
+	struct kvt_sub **chunk;
+	uint32_t nchunks;
+	uint32_t nsubs;
+	uint32_t reap;		/* submissions [0, reap) finished */
+	uint32_t pump;		/* submissions [0, pump) fully queued */
+	struct kvt_desc *stash;	/* refused by a full ring, FIFO */
+	struct kvt_desc *stash_tail;
+	uint64_t seq;
+	int claimed;		/* claims published since the last sync */
+	int zombie;		/* freed by the application */
+	struct kvt_arena *arena;	/* page lists' copies, until reset */
+	struct kvt_arena *arena_cur;
+	struct kvt_batch *next;
+};
+
+/*
+ * Memory that page lists keep until the batch is reset: index copies,
+ * write ranges.  Chunks never move (lcores and other submitters read
+ * them) and are kept across resets.
+ */
+struct kvt_arena {
+	struct kvt_arena *next;
+	size_t cap;
+	size_t used;
+	uint8_t data[];
+};
+
+#define ARENA_MIN (1u << 20)
+
+#define SUB_CHUNK_BYTES RTE_ALIGN_CEIL(SUB_CHUNK * sizeof(struct kvt_sub), 4096)
+
+
+static inline struct kvt_sub *
+sub_at(const struct kvt_batch *b, uint32_t i)
+{
+	return &b->chunk[i / SUB_CHUNK][i % SUB_CHUNK];
+}
+
+static inline int
+batch_ok(const struct kvt_batch *b)
+{
+	return b != NULL && b->magic == KVT_BATCH_MAGIC && !b->zombie;
+}
+
+static inline int
+lcores_up(void)
+{
+	return kvt_eng != NULL &&
+		__atomic_load_n(&kvt_eng->lcores_running, __ATOMIC_ACQUIRE);
+}
+
+
+static inline void
+set_err(int32_t *w, int err)
+{
+	int32_t zero = 0;
+
+	__atomic_compare_exchange_n(w, &zero, err, false, __ATOMIC_RELEASE,
+				    __ATOMIC_RELAXED);
+}
+
+static inline uint32_t
+live_conns(const struct kvt_peer *p)
+{
+	uint32_t m = 0;
+	unsigned int i;
+
+	for (i = 0; i < KVT_MAX_PORTS; i++)
+		if (p->conn[i] != NULL &&
+		    !__atomic_load_n(&p->conn[i]->dead, __ATOMIC_ACQUIRE))
+			m |= 1u << i;
+	return m & ~__atomic_load_n(&p->down_mask, __ATOMIC_ACQUIRE);
+}
+
+/* The ports a request's next slice may take: its preferred ones that are
+ * up, else its fallback ones that are up, else (all down) the preferred
+ * ones, where the slice fails and is retried or reported. */
+static inline uint32_t
+usable_ports(const struct kvt_req *r, const struct kvt_peer *p)
+{
+	uint32_t down = __atomic_load_n(&p->down_mask, __ATOMIC_ACQUIRE);
+
+	if (likely((r->mask & down) == 0))
+		return r->mask;
+	if ((r->mask & ~down) != 0)
+		return r->mask & ~down;
+	if ((r->fallback & ~down) != 0)
+		return r->fallback & ~down;
+	return r->mask;
+}
+
+
+/* Everything of s, tails too, settled: its done word. */
+static inline void
+sub_settle(struct kvt_sub *s)
+{
+	__atomic_store_n(&s->done, 1, __ATOMIC_RELEASE);
+}
+
+/* queue.c: queue what the batch's submissions still have to send. */
+void kvt_batch_pump(struct kvt_batch *b);
+/* queue.c: a submission's tail descriptors (or its whole descriptor). */
+void kvt_sub_prepare(struct kvt_sub *s, const struct kvt_submit_opts *o);
+/* complete.c: STRIPED: every request settled; the tail goes out from
+ * port here (KVT_MAX_PORTS: any). */
+void kvt_sub_tails_start(struct kvt_sub *s, unsigned int here);
+/* submit.c: add delta to the in-flight counts of what s uses. */
+void kvt_sub_refs_add(struct kvt_batch *b, struct kvt_sub *s, int64_t delta);
+/* submit.c: the page-list arena, emptied on reset, freed with the batch. */
+void kvt_arena_reset(struct kvt_batch *b);
+void kvt_arena_free(struct kvt_batch *b);
+
+#endif /* KVT_BATCH_H */

@@ -1,0 +1,276 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * Queueing: a submission's slices cut from its requests, each given a
+ * port (one for an ordered submission, the least loaded for striped
+ * ones), and handed to the ports' lcores in bursts; what a full ring
+ * refuses waits in the batch's stash for the next pump.
+ */
+#include <errno.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <rte_cycles.h>
+#include <rte_errno.h>
+#include <rte_lcore.h>
+#include <rte_pause.h>
+
+#include "batch.h"
+
+static void
+stash_push(struct kvt_batch *b, struct kvt_desc *d)
+{
+	d->next = NULL;
+	if (b->stash_tail != NULL)
+		b->stash_tail->next = d;
+	else
+		b->stash = d;
+	b->stash_tail = d;
+}
+
+/* @return 1 when the stash is empty afterwards. */
+static int
+stash_flush(struct kvt_batch *b)
+{
+	struct kvt_desc *d;
+
+	while ((d = b->stash) != NULL) {
+		if (kvt_lcore_enqueue(kvt_eng->ports[d->port]->lcore, &d, 1) != 1)
+			return 0;
+		b->stash = d->next;
+		if (b->stash == NULL)
+			b->stash_tail = NULL;
+	}
+	return 1;
+}
+
+/* Queue n descriptors, per lcore; what a ring refuses goes to the stash. */
+static int
+enqueue(struct kvt_batch *b, struct kvt_desc **d, unsigned int n)
+{
+	struct kvt_desc *grp[KVT_BURST];
+	uint8_t taken[KVT_BURST] = { 0 };
+	unsigned int i, j, k, g, lc;
+
+	/* Mostly one lcore serves the whole burst: one enqueue. */
+	lc = kvt_eng->ports[d[0]->port]->lcore;
+	for (i = 1; i < n && kvt_eng->ports[d[i]->port]->lcore == lc; i++)
+		;
+	if (i == n) {
+		k = kvt_lcore_enqueue(lc, d, n);
+		for (; k < n; k++)
+			stash_push(b, d[k]);
+		return b->stash == NULL;
+	}
+	for (i = 0; i < n; i++) {
+		if (taken[i])
+			continue;
+		lc = kvt_eng->ports[d[i]->port]->lcore;
+		for (g = 0, j = i; j < n; j++) {
+			if (!taken[j] && kvt_eng->ports[d[j]->port]->lcore == lc) {
+				grp[g++] = d[j];
+				taken[j] = 1;
+			}
+		}
+		k = kvt_lcore_enqueue(lc, grp, g);
+		for (; k < g; k++)
+			stash_push(b, grp[k]);
+	}
+	return b->stash == NULL;
+}
+
+static void
+fill_slice(struct kvt_batch *b, struct kvt_sub *s, struct kvt_desc *d)
+{
+	struct kvt_req *r = &b->req[s->next_req];
+	uint64_t left = r->x.len - s->next_off, page, in, ps;
+	uint32_t len = (uint32_t)RTE_MIN(left, (uint64_t)kvt_eng->o.slice);
+
+	if (s->pages != NULL) {
+		/* A slice never crosses a page: pages are scattered. */
+		ps = s->pages->page_size;
+		page = s->next_off / ps;
+		in = s->next_off % ps;
+		len = (uint32_t)RTE_MIN((uint64_t)len, ps - in);
+		d->local = r->x.local + (uint64_t)s->pages->local_idx[page] * ps + in;
+		d->remote = r->x.remote + (uint64_t)s->pages->remote_idx[page] * ps +
+			in;
+	} else {
+		d->local = r->x.local + s->next_off;
+		d->remote = r->x.remote + s->next_off;
+	}
+	d->op = r->x.op == KVT_OP_READ ? KVT_DESC_READ : KVT_DESC_WRITE;
+	d->flags = 0;
+	if (s->mode == SUB_ORDERED) {
+		/* One port, no choice: in-flight bytes are added per burst. */
+		d->port = s->port;
+	} else {
+		uint32_t mask = usable_ports(r, s->peer), room;
+
+		room = (mask & (mask - 1)) != 0 ? kvt_stripe_room(mask) : mask;
+		d->port = (uint16_t)kvt_stripe_pick(room != 0 ? room : mask,
+						    len, b->seq++);
+	}
+	d->len = len;
+	d->conn = s->peer->conn[d->port];
+	d->lm = r->x.lm;
+	d->rm = r->x.rm;
+	d->owner = r;
+	s->next_off += len;
+	if (s->next_off == r->x.len) {
+		s->next_req++;
+		s->next_off = 0;
+	}
+}
+
+static void
+whole_prepare(struct kvt_sub *s, const struct kvt_submit_opts *o)
+{
+	struct kvt_subinfo *si = &s->info;
+	struct kvt_desc *d = &s->whole;
+
+	memset(si, 0, sizeof(*si));
+	si->req = (const uint8_t *)&s->b->req[s->first];
+	si->n = s->n;
+	si->stride = sizeof(struct kvt_req);
+	si->cuda_event = o->cuda_event;
+	si->pages = s->pages;
+	if (s->flags & SUB_F_FENCE) {
+		si->fence_rm = &s->fence_ri->rm;
+		si->fence_addr = o->fence.table + (uint64_t)o->fence.slot * 8;
+		si->room = o->fence.room;
+	}
+	if (s->flags & SUB_F_NOTIFY) {
+		si->notify = s->payload;
+		si->notify_len = s->notify_len;
+	}
+	si->done = &s->done;
+	memset(d, 0, sizeof(*d));
+	d->op = KVT_DESC_SUB;
+	d->flags = KVT_DF_EMBEDDED;
+	d->owner = s;
+	d->port = s->port;
+	d->conn = s->peer->conn[s->port];
+	d->data = si;
+	d->len = s->n;
+}
+
+/* A tail's number, unique among those sent to the peer and never 0. */
+static uint32_t
+tail_seq(struct kvt_peer *p)
+{
+	uint32_t seq;
+
+	do {
+		seq = __atomic_add_fetch(&p->tail_seq, 1, __ATOMIC_RELAXED);
+	} while (seq == 0);
+	return seq;
+}
+
+static struct kvt_desc *
+tail_init(struct kvt_sub *s, unsigned int i, uint8_t op)
+{
+	struct kvt_desc *d = &s->tail[i];
+
+	memset(d, 0, sizeof(*d));
+	d->op = op;
+	d->flags = KVT_DF_EMBEDDED;
+	d->owner = s;
+	d->port = s->port;
+	d->conn = s->peer->conn[s->port];
+	return d;
+}
+
+/* Write only the descriptors this submission will send: a submit is
+ * short, and every cache line written counts in its latency. */
+void
+kvt_sub_prepare(struct kvt_sub *s, const struct kvt_submit_opts *o)
+{
+	struct kvt_desc *d;
+
+	if (s->mode == SUB_WHOLE) {
+		whole_prepare(s, o);
+		return;
+	}
+	if (s->flags & SUB_F_FENCE) {
+		d = tail_init(s, TAIL_FENCE, KVT_DESC_FENCE);
+		d->rm = &s->fence_ri->rm;
+		d->remote = o->fence.table + (uint64_t)o->fence.slot * 8;
+		d->value = o->fence.room;
+		d->len = 8;
+		d->seq = tail_seq(s->peer);
+	}
+	if (s->flags & SUB_F_NOTIFY) {
+		d = tail_init(s, TAIL_NOTIFY, KVT_DESC_NOTIFY);
+		d->data = s->payload;
+		d->len = s->notify_len;
+		d->seq = tail_seq(s->peer);
+	}
+	if (s->mode == SUB_ORDERED) {
+		d = tail_init(s, TAIL_DONE, KVT_DESC_DONE);
+		d->remote = (uintptr_t)&s->done;
+		d->value = 1;
+		d->len = 8;
+	}
+}
+
+/* @return 1 when the submission is fully queued. */
+static int
+pump_sub(struct kvt_batch *b, struct kvt_sub *s)
+{
+	struct kvt_desc *d[KVT_BURST];
+	unsigned int k, i, left;
+
+	if (s->mode == SUB_WHOLE) {
+		if (s->tails_queued)
+			return 1;
+		s->tails_queued = 1;
+		d[0] = &s->whole;
+		return enqueue(b, d, 1);
+	}
+	while (s->slices_left > 0) {
+		/* Every port that may carry the next slice is full: the
+		 * rest waits for whichever drains first (kvt_poll,
+		 * kvt_wait). */
+		if (s->mode == SUB_STRIPED &&
+		    kvt_stripe_room(usable_ports(&b->req[s->next_req], s->peer)) == 0)
+			return 0;
+		k = (unsigned int)RTE_MIN(s->slices_left, (uint64_t)KVT_BURST);
+		if (rte_mempool_get_bulk(kvt_eng->pool, (void **)d, k) != 0) {
+			k = 1;
+			if (rte_mempool_get_bulk(kvt_eng->pool, (void **)d, 1) != 0)
+				return 0;
+		}
+		for (i = 0, left = 0; i < k; i++) {
+			fill_slice(b, s, d[i]);
+			left += d[i]->len;
+		}
+		s->slices_left -= k;
+		if (s->mode == SUB_ORDERED)
+			__atomic_fetch_add(&kvt_eng->ports[s->port]->inflight_bytes,
+					   left, __ATOMIC_RELAXED);
+		if (!enqueue(b, d, k))
+			return 0;
+	}
+	if (s->mode == SUB_ORDERED && !s->tails_queued) {
+		s->tails_queued = 1;
+		k = 0;
+		if (s->flags & SUB_F_FENCE)
+			d[k++] = &s->tail[TAIL_FENCE];
+		if (s->flags & SUB_F_NOTIFY)
+			d[k++] = &s->tail[TAIL_NOTIFY];
+		d[k++] = &s->tail[TAIL_DONE];
+		return enqueue(b, d, k);
+	}
+	return 1;
+}
+
+void
+kvt_batch_pump(struct kvt_batch *b)
+{
+	if (!lcores_up() || !stash_flush(b))
+		return;
+	while (b->pump < b->nsubs && pump_sub(b, sub_at(b, b->pump)))
+		b->pump++;
+}

@@ -1,0 +1,743 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * Submission, on the application thread: every request checked against
+ * the registry and the peer's regions, write ranges claimed against
+ * overlap, a mode chosen, references taken, and the submission queued.
+ * Nothing is queued unless everything passed.
+ */
+#include <errno.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <rte_cycles.h>
+#include <rte_errno.h>
+#include <rte_lcore.h>
+#include <rte_pause.h>
+
+#include "batch.h"
+
+static int
+range_cmp(const void *a, const void *b)
+{
+	const struct kvt_range *x = a, *y = b;
+
+	if (x->ri != y->ri)
+		return (uintptr_t)x->ri < (uintptr_t)y->ri ? -1 : 1;
+	return x->lo < y->lo ? -1 : x->lo > y->lo;
+}
+
+/* Highest-ranked ports of mask. */
+static uint32_t
+best_ports(uint32_t mask)
+{
+	int best = INT32_MIN, r;
+	uint32_t out = 0, m;
+
+	for (m = mask; m != 0; m &= m - 1) {
+		r = kvt_eng->ports[__builtin_ctz(m)]->pmd->ops->rank;
+		if (r > best) {
+			best = r;
+			out = 0;
+		}
+		if (r == best)
+			out |= 1u << __builtin_ctz(m);
+	}
+	return out;
+}
+
+/* The regions the previous request used: the next one usually uses the
+ * same (pages of one KV pool), and then needs no search. */
+struct lookup {
+	struct kvt_mem *m;
+	struct kvt_rimp *ri;
+	uint32_t mask;
+	uint32_t fallback;
+};
+
+/*
+ * Split the ports that reach a request into preferred and fallback ones by
+ * the local memory's topology (RDMA NICs near its NUMA node or GPU).
+ */
+static void
+topo_masks(const struct kvt_lmem *lm, uint32_t base, uint32_t *mask,
+	   uint32_t *fallback)
+{
+	uint32_t pref = base & lm->pref_mask, fb = base & lm->fallback_mask;
+
+	*fallback = 0;
+	if (pref != 0) {
+		*mask = pref;
+		*fallback = fb;
+	} else {
+		*mask = fb != 0 ? fb : base;
+	}
+}
+
+static inline int
+inside(uintptr_t a, uint64_t len, uintptr_t base, uint64_t blen)
+{
+	return a >= base && a - base < blen && len <= blen - (a - base);
+}
+
+/*
+ * The regions of a request: local [local, +llen) inside one registered
+ * region, remote [remote, +rlen) inside one the peer exports for op, and
+ * the ports that reach the peer for them.  what names the request in
+ * refusals.
+ */
+static int
+resolve(struct kvt_peer *p, uint32_t op, const void *local, uint64_t llen,
+	uint64_t remote, uint64_t rlen, const char *what, struct kvt_req *r)
+{
+	struct kvt_mem *m;
+	struct kvt_rimp *ri;
+	uint32_t need;
+
+	m = kvt_mem_find(local, llen);
+	if (m == NULL)
+		return KVT_REFUSE(EFAULT, "submit: %s: local %p+%" PRIu64 " is not inside one registered region",
+				  what, local, llen);
+	ri = kvt_peer_find_region(p, remote, rlen);
+	if (ri == NULL)
+		return KVT_REFUSE(ERANGE, "submit: %s: remote %#" PRIx64 "+%" PRIu64 " is not inside one region peer %s exports",
+				  what, remote, rlen, p->info.name);
+	need = op == KVT_OP_WRITE ? KVT_MEM_REMOTE_WRITE : KVT_MEM_REMOTE_READ;
+	if (!(ri->rm.flags & need) || (ri->rm.flags & KVT_MEM_F_FENCE))
+		return KVT_REFUSE(EPERM, "submit: %s: peer %s region %#" PRIx64 "+%" PRIu64 " is not exported for %s",
+				  what, p->info.name, ri->rm.base, ri->rm.len,
+				  op == KVT_OP_WRITE ? "write" : "read");
+	r->x.lm = &m->lm;
+	r->x.rm = &ri->rm;
+	topo_masks(&m->lm, best_ports(m->lm.port_mask & ri->rm.port_mask &
+				      p->conn_mask),
+		   &r->mask, &r->fallback);
+	if (r->mask == 0)
+		return KVT_REFUSE(EHOSTUNREACH, "submit: %s: no port reaches peer %s for this memory",
+				  what, p->info.name);
+	return 0;
+}
+
+static void
+req_fill(struct kvt_sub *s, struct kvt_req *r, uint32_t op, void *local,
+	 uint64_t remote, uint64_t len)
+{
+	r->x.op = op;
+	if (op == KVT_OP_WRITE)
+		s->wbytes += len;
+	else
+		s->rbytes += len;
+	r->x.local = local;
+	r->x.remote = remote;
+	r->x.len = len;
+	r->settled = 0;
+	r->err = 0;
+	r->s = s;
+}
+
+static int
+check_xfer(struct kvt_sub *s, struct kvt_peer *p, const struct kvt_xfer *x,
+	   unsigned int i, struct kvt_req *r, struct lookup *lk)
+{
+	int ret;
+
+	if ((x->op != KVT_OP_READ && x->op != KVT_OP_WRITE) || x->rsvd != 0 ||
+	    x->len == 0)
+		return KVT_REFUSE(EINVAL, "submit: xfer %u: op %u, len %" PRIu64 ": invalid",
+				  i, x->op, x->len);
+	if (lk->m != NULL && lk->ri != NULL &&
+	    inside((uintptr_t)x->local, x->len, (uintptr_t)lk->m->lm.addr,
+		   lk->m->lm.len) &&
+	    inside(x->remote, x->len, lk->ri->rm.base, lk->ri->rm.len) &&
+	    (x->op == KVT_OP_WRITE ? (lk->ri->rm.flags & KVT_MEM_REMOTE_WRITE) :
+	     (lk->ri->rm.flags & KVT_MEM_REMOTE_READ))) {
+		r->x.lm = &lk->m->lm;
+		r->x.rm = &lk->ri->rm;
+		r->mask = lk->mask;
+		r->fallback = lk->fallback;
+	} else {
+		char what[24];
+
+		snprintf(what, sizeof(what), "xfer %u", i);
+		ret = resolve(p, x->op, x->local, x->len, x->remote, x->len, what, r);
+		if (ret < 0)
+			return ret;
+		lk->m = req_mem(r);
+		lk->ri = req_rimp(r);
+		lk->mask = r->mask;
+		lk->fallback = r->fallback;
+	}
+	s->slices_left += x->len <= kvt_eng->o.slice ? 1 :
+		(x->len + kvt_eng->o.slice - 1) / kvt_eng->o.slice;
+	req_fill(s, r, x->op, x->local, x->remote, x->len);
+	return 0;
+}
+
+static int
+check_opts(struct kvt_peer *p, const struct kvt_submit_opts *o,
+	   struct kvt_sub *s)
+{
+	const struct kvt_fence_ref *f = &o->fence;
+	struct kvt_rimp *ri;
+
+	if ((o->flags & ~(KVT_SUBMIT_FENCE | KVT_SUBMIT_ALLOW_OVERLAP)) != 0 ||
+	    o->notify_len > KVT_NOTIFY_MAX ||
+	    (o->notify_len > 0 && o->notify == NULL))
+		return KVT_REFUSE(EINVAL, "submit: bad options (flags %#x, notify %u bytes)",
+				  o->flags, o->notify_len);
+	if (o->notify_len > 0) {
+		s->flags |= SUB_F_NOTIFY;
+		s->notify_len = o->notify_len;
+		memcpy(s->payload, o->notify, o->notify_len);
+	}
+	if (!(o->flags & KVT_SUBMIT_FENCE))
+		return 0;
+	if (f->room == 0 || f->rsvd != 0)
+		return KVT_REFUSE(EINVAL, "submit: fence room 0 or reserved field set");
+	ri = kvt_peer_find_region(p, f->table, 8);
+	if (ri == NULL || ri->rm.base != f->table || ri->rm.fence_slots == 0 ||
+	    f->slot >= ri->rm.fence_slots)
+		return KVT_REFUSE(ENOENT, "submit: peer %s has no fence table %#" PRIx64 " with slot %u",
+				  p->info.name, f->table, f->slot);
+	s->fence_mask = ri->rm.port_mask & p->conn_mask;
+	if (s->fence_mask == 0)
+		return KVT_REFUSE(EHOSTUNREACH, "submit: no port reaches peer %s's fence table",
+				  p->info.name);
+	s->fence_ri = ri;
+	s->flags |= SUB_F_FENCE;
+	return 0;
+}
+
+/*
+ * Sort ranges by (region, start).  Scattered KV pages make this the cost
+ * of a big submission, so the common case (one region) is an LSD radix
+ * sort on the offset, 11 bits a pass; mixed regions use qsort.
+ */
+static void
+sort_ranges(struct kvt_range *r, struct kvt_range *tmp, unsigned int n)
+{
+	uint32_t count[2048];
+	uint64_t lo = UINT64_MAX, hi = 0, bits = 0;
+	struct kvt_range *src = r, *dst = tmp, *t;
+	unsigned int i, shift;
+
+	for (i = 0; i < n; i++) {
+		if (r[i].ri != r[0].ri) {
+			qsort(r, n, sizeof(*r), range_cmp);
+			return;
+		}
+		lo = RTE_MIN(lo, r[i].lo);
+		hi = RTE_MAX(hi, r[i].lo);
+	}
+	for (i = 0; i < n; i++)
+		bits |= r[i].lo - lo;
+	/* Page-aligned starts share their low zero bits: skip them. */
+	shift = bits != 0 ? (unsigned int)__builtin_ctzll(bits) : 64;
+	for (; shift < 64 && ((hi - lo) >> shift) != 0; shift += 11) {
+		memset(count, 0, sizeof(count));
+		for (i = 0; i < n; i++)
+			count[((src[i].lo - lo) >> shift) & 2047]++;
+		for (i = 1; i < 2048; i++)
+			count[i] += count[i - 1];
+		for (i = n; i-- > 0;)
+			dst[--count[((src[i].lo - lo) >> shift) & 2047]] = src[i];
+		t = src;
+		src = dst;
+		dst = t;
+	}
+	if (src != r)
+		memcpy(r, src, (size_t)n * sizeof(*r));
+}
+
+/*
+ * Claim write ranges r[0..n) (tmp: scratch of n for sorting); they stay
+ * referenced until the submission finishes.  @return 0 or -EBUSY.
+ */
+static int
+claim_ranges(struct kvt_batch *b, struct kvt_sub *s, struct kvt_range *r,
+	     struct kvt_range *tmp, unsigned int n, int sorted)
+{
+	unsigned int i, start;
+	int ret;
+
+	if (!sorted)
+		sort_ranges(r, tmp, n);
+	for (i = 1; i < n; i++)
+		if (r[i].ri == r[i - 1].ri && r[i].lo < r[i - 1].hi)
+			return KVT_REFUSE(EBUSY, "submit: two writes of one submission overlap at %#" PRIx64,
+					  r[i].lo);
+	s->claim_first = b->nclaims;
+	for (start = 0, i = 1; i <= n; i++) {
+		if (i < n && r[i].ri == r[start].ri)
+			continue;
+		/* The table pointer is the one field of an import a
+		 * submitter sets (once, atomically). */
+		ret = kvt_claim_take(&((struct kvt_rimp *)(uintptr_t)r[start].ri)->claims,
+				     &b->claims[b->nclaims], &r[start],
+				     i - start);
+		if (ret < 0) {
+			while (b->nclaims > s->claim_first)
+				kvt_claim_drop(&b->claims[--b->nclaims]);
+			if (ret == -ENOMEM)
+				return KVT_REFUSE(ENOMEM, "submit: no memory for the overlap guard of region %#" PRIx64,
+						  r[start].ri->rm.base);
+			return KVT_REFUSE(-ret, "submit: a write to %#" PRIx64 "..%#" PRIx64 " overlaps a write in flight",
+					  r[start].lo, r[i - 1].hi);
+		}
+		b->nclaims++;
+		b->claimed = 1;
+		start = i;
+	}
+	s->nclaims = b->nclaims - s->claim_first;
+	return 0;
+}
+
+/* Claim the submission's write ranges; @return 0 or -EBUSY. */
+static int
+claim_writes(struct kvt_batch *b, struct kvt_sub *s)
+{
+	struct kvt_range *r = &b->ranges[s->first];
+	unsigned int n = 0, i;
+	int sorted = 1;
+
+	for (i = 0; i < s->n; i++) {
+		const struct kvt_req *q = &b->req[s->first + i];
+
+		if (q->x.op != KVT_OP_WRITE)
+			continue;
+		r[n].lo = q->x.remote;
+		r[n].hi = q->x.remote + q->x.len;
+		r[n].ri = req_rimp(q);
+		if (n > 0 && range_cmp(&r[n - 1], &r[n]) > 0)
+			sorted = 0;
+		n++;
+	}
+	return claim_ranges(b, s, r, b->ranges_tmp, n, sorted);
+}
+
+/* ---- the page-list arena ---- */
+
+struct arena_mark {
+	struct kvt_arena *chunk;
+	size_t used;
+};
+
+static void *
+arena_alloc(struct kvt_batch *b, size_t len)
+{
+	struct kvt_arena *c, **pp;
+	size_t cap;
+	void *p;
+
+	len = RTE_ALIGN_CEIL(len, RTE_CACHE_LINE_SIZE);
+	for (c = b->arena_cur; c != NULL; c = c->next) {
+		if (c->cap - c->used >= len) {
+			p = c->data + c->used;
+			c->used += len;
+			b->arena_cur = c;
+			return p;
+		}
+	}
+	cap = RTE_MAX(len, (size_t)ARENA_MIN);
+	c = aligned_alloc(RTE_CACHE_LINE_SIZE,
+			  RTE_ALIGN_CEIL(sizeof(*c) + cap, RTE_CACHE_LINE_SIZE));
+	if (c == NULL)
+		return NULL;
+	c->next = NULL;
+	c->cap = cap;
+	c->used = len;
+	for (pp = &b->arena; *pp != NULL; pp = &(*pp)->next)
+		;
+	*pp = c;
+	b->arena_cur = c;
+	return c->data;
+}
+
+static struct arena_mark
+arena_mark(const struct kvt_batch *b)
+{
+	struct arena_mark m = { b->arena_cur, b->arena_cur ? b->arena_cur->used : 0 };
+
+	return m;
+}
+
+/* Give back what was taken since mark (a refused submission). */
+static void
+arena_release(struct kvt_batch *b, struct arena_mark m)
+{
+	struct kvt_arena *c;
+
+	for (c = m.chunk != NULL ? m.chunk->next : b->arena; c != NULL;
+	     c = c->next)
+		c->used = 0;
+	if (m.chunk != NULL)
+		m.chunk->used = m.used;
+	b->arena_cur = m.chunk != NULL ? m.chunk : b->arena;
+}
+
+void
+kvt_arena_reset(struct kvt_batch *b)
+{
+	struct kvt_arena *c;
+
+	for (c = b->arena; c != NULL; c = c->next)
+		c->used = 0;
+	b->arena_cur = b->arena;
+}
+
+void
+kvt_arena_free(struct kvt_batch *b)
+{
+	struct kvt_arena *c;
+
+	while ((c = b->arena) != NULL) {
+		b->arena = c->next;
+		free(c);
+	}
+	b->arena_cur = NULL;
+}
+
+static struct kvt_sub *
+sub_new(struct kvt_batch *b)
+{
+	struct kvt_sub **c;
+
+	if (b->nsubs == b->nchunks * SUB_CHUNK) {
+		c = realloc(b->chunk, (b->nchunks + 1) * sizeof(*c));
+		if (c == NULL)
+			return NULL;
+		b->chunk = c;
+		/* Whole pages: a GPU may store completion words here. */
+		c[b->nchunks] = aligned_alloc(4096, SUB_CHUNK_BYTES);
+		if (c[b->nchunks] == NULL)
+			return NULL;
+		kvt_host_register(c[b->nchunks], SUB_CHUNK_BYTES);
+		b->nchunks++;
+	}
+	return sub_at(b, b->nsubs);
+}
+
+/*
+ * Add delta to the in-flight counts of the regions a submission uses.
+ * Requests usually come in long runs over one region pair, so one atomic
+ * per run, not per request.
+ */
+void
+kvt_sub_refs_add(struct kvt_batch *b, struct kvt_sub *s, int64_t delta)
+{
+	struct kvt_mem *m = NULL;
+	struct kvt_rimp *ri = NULL;
+	uint64_t mn = 0, rn = 0;
+	unsigned int i;
+
+	if (!s->mixed) {
+		/* One region pair (or none): no pass over the requests. */
+		if (s->m1 != NULL) {
+			__atomic_fetch_add(&s->m1->inflight,
+					   (uint64_t)s->n * (uint64_t)delta,
+					   __ATOMIC_ACQ_REL);
+			__atomic_fetch_add(&s->ri1->refs,
+					   (uint64_t)s->n * (uint64_t)delta,
+					   __ATOMIC_ACQ_REL);
+		}
+		goto tail;
+	}
+	for (i = s->first; i <= s->first + s->n; i++) {
+		struct kvt_req *r = i < s->first + s->n ? &b->req[i] : NULL;
+
+		if (m != NULL && (r == NULL || req_mem(r) != m)) {
+			__atomic_fetch_add(&m->inflight, mn * (uint64_t)delta,
+					   __ATOMIC_ACQ_REL);
+			mn = 0;
+		}
+		if (ri != NULL && (r == NULL || req_rimp(r) != ri)) {
+			__atomic_fetch_add(&ri->refs, rn * (uint64_t)delta,
+					   __ATOMIC_ACQ_REL);
+			rn = 0;
+		}
+		if (r == NULL)
+			break;
+		m = req_mem(r);
+		ri = req_rimp(r);
+		mn++;
+		rn++;
+	}
+tail:
+	if (s->fence_ri != NULL)
+		__atomic_fetch_add(&s->fence_ri->refs, (uint64_t)delta,
+				   __ATOMIC_ACQ_REL);
+	__atomic_fetch_add(&s->peer->inflight, (uint64_t)delta,
+			   __ATOMIC_ACQ_REL);
+}
+
+static void
+choose_mode(struct kvt_batch *b, struct kvt_sub *s)
+{
+	uint32_t all = s->all_mask, flags;
+	unsigned int port;
+
+	RTE_SET_USED(b);
+	s->mode = SUB_STRIPED;
+	if (all == 0) {
+		/* No data: the tail picks its own port, unless a port that
+		 * takes whole submissions is the best way to the peer. */
+		all = best_ports(s->flags & SUB_F_FENCE ? s->fence_mask :
+				 s->peer->conn_mask);
+		port = (unsigned int)__builtin_ctz(all);
+		s->port = (uint16_t)port;
+		if (kvt_eng->ports[port]->pmd->ops->flags & KVT_PMD_F_WHOLE)
+			s->mode = SUB_WHOLE;
+		return;
+	}
+	port = (unsigned int)__builtin_ctz(all);
+	s->port = (uint16_t)port;
+	flags = kvt_eng->ports[port]->pmd->ops->flags;
+	if ((all & (all - 1)) != 0 ||
+	    ((s->flags & SUB_F_FENCE) && !(s->fence_mask & all)))
+		return;
+	if (flags & KVT_PMD_F_WHOLE)
+		s->mode = SUB_WHOLE;
+	else if (flags & KVT_PMD_F_ORDERED)
+		s->mode = SUB_ORDERED;
+}
+
+/* Checks every submission passes, then a fresh submission of nslots. */
+static int
+sub_open(struct kvt_batch *b, struct kvt_peer *p, unsigned int nslots,
+	 struct kvt_sub **out)
+{
+	struct kvt_sub *s;
+
+	if (__atomic_load_n(&p->state, __ATOMIC_ACQUIRE) != KVT_PEER_UP)
+		return KVT_REFUSE(ECONNRESET, "submit: peer %s was lost", p->info.name);
+	/* A message on its own still takes one slot, for kvt_status(). */
+	if (RTE_MAX(nslots, 1u) > b->cap - b->used)
+		return KVT_REFUSE(ENOSPC, "submit: batch full (%u of %u used, %u more asked)",
+				  b->used, b->cap, RTE_MAX(nslots, 1u));
+	s = sub_new(b);
+	if (s == NULL)
+		return -ENOMEM;
+	/* The descriptors are written by kvt_sub_prepare(), as needed. */
+	memset(&s->b, 0, offsetof(struct kvt_sub, payload) -
+	       offsetof(struct kvt_sub, b));
+	s->b = b;
+	s->peer = p;
+	s->first = b->used;
+	s->n = nslots;
+	s->pending = nslots;
+	s->next_req = b->used;
+	*out = s;
+	return 0;
+}
+
+/*
+ * Validation is over (ret), inside the RCU section tok: pick the mode,
+ * take references, and queue.  @return the first slot, or ret.
+ */
+static int
+sub_commit(struct kvt_batch *b, struct kvt_sub *s,
+	   const struct kvt_submit_opts *o, int ret, unsigned int tok)
+{
+	unsigned int n = s->n;
+
+	if (ret == 0) {
+		choose_mode(b, s);
+		if (o->cuda_event != NULL && s->mode != SUB_WHOLE) {
+			while (b->nclaims > s->claim_first)
+				kvt_claim_drop(&b->claims[--b->nclaims]);
+			ret = KVT_REFUSE(ENOTSUP, "submit: a CUDA event needs a transport that takes whole submissions (nvlink)");
+		}
+	}
+	if (ret == 0)
+		kvt_sub_refs_add(b, s, 1);
+	kvt_rcu_read_unlock(tok);
+	if (ret < 0)
+		return ret;
+
+	kvt_sub_prepare(s, o);
+	if (n == 0) {
+		memset(&b->req[b->used], 0, sizeof(b->req[0]));
+		b->req[b->used].s = s;
+		s->n = 1;
+		s->pending = 0;
+	}
+	b->used += s->n;
+	b->nsubs++;
+	if (n == 0 && s->mode == SUB_STRIPED) {
+		/* Only a fence and/or a notification: they go out now. */
+		if (!lcores_up())
+			set_err(&s->err, -ECANCELED);
+		kvt_sub_tails_start(s, KVT_MAX_PORTS);
+	}
+	kvt_batch_pump(b);
+	return (int)s->first;
+}
+
+int
+kvt_submit(struct kvt_batch *b, struct kvt_peer *p, const struct kvt_xfer *xf,
+	   unsigned int n, const struct kvt_submit_opts *opts)
+{
+	static const struct kvt_submit_opts none;
+	const struct kvt_submit_opts *o = opts != NULL ? opts : &none;
+	struct lookup lk = { NULL, NULL, 0, 0 };
+	struct kvt_sub *s;
+	unsigned int i, tok;
+	int ret;
+
+	if (kvt_eng == NULL)
+		return -ENODEV;
+	if (!batch_ok(b) || !kvt_peer_valid(p) || (xf == NULL && n > 0))
+		return KVT_REFUSE(EINVAL, "submit: bad batch or peer");
+	if (n == 0 && (o->notify_len == 0 && !(o->flags & KVT_SUBMIT_FENCE)))
+		return KVT_REFUSE(EINVAL, "submit: no request, fence or notification");
+	ret = sub_open(b, p, n, &s);
+	if (ret < 0)
+		return ret;
+	tok = kvt_rcu_read_lock();
+	ret = check_opts(p, o, s);
+	for (i = 0; i < n && ret == 0; i++) {
+		struct kvt_req *r = &b->req[b->used + i];
+
+		ret = check_xfer(s, p, &xf[i], i, r, &lk);
+		s->all_mask |= r->mask;
+		if (i == 0) {
+			s->m1 = req_mem(r);
+			s->ri1 = req_rimp(r);
+		} else if (req_mem(r) != s->m1 || req_rimp(r) != s->ri1) {
+			s->mixed = 1;
+		}
+	}
+	if (ret == 0 && !(o->flags & KVT_SUBMIT_ALLOW_OVERLAP))
+		ret = claim_writes(b, s);
+	return sub_commit(b, s, o, ret, tok);
+}
+
+/*
+ * The span of page numbers each side uses, as byte offsets from page 0:
+ * [*llo, *lhi) and [*rlo, *rhi).  @return 0, or -EINVAL on overflow.
+ */
+static int
+pages_span(const struct kvt_pages *pg, uint64_t *llo, uint64_t *lhi,
+	   uint64_t *rlo, uint64_t *rhi)
+{
+	uint32_t lmin = UINT32_MAX, lmax = 0, rmin = UINT32_MAX, rmax = 0, k;
+	uint64_t end;
+
+	for (k = 0; k < pg->n; k++) {
+		lmin = RTE_MIN(lmin, pg->local_idx[k]);
+		lmax = RTE_MAX(lmax, pg->local_idx[k]);
+		rmin = RTE_MIN(rmin, pg->remote_idx[k]);
+		rmax = RTE_MAX(rmax, pg->remote_idx[k]);
+	}
+	if (__builtin_mul_overflow((uint64_t)lmax + 1, pg->page_size, lhi) ||
+	    __builtin_mul_overflow((uint64_t)rmax + 1, pg->page_size, rhi) ||
+	    __builtin_mul_overflow((uint64_t)pg->n, pg->page_size, &end) ||
+	    __builtin_add_overflow((uint64_t)(uintptr_t)pg->local, *lhi, &end) ||
+	    __builtin_add_overflow(pg->remote, *rhi, &end))
+		return -EINVAL;
+	*llo = (uint64_t)lmin * pg->page_size;
+	*rlo = (uint64_t)rmin * pg->page_size;
+	return 0;
+}
+
+/* Write ranges of a page list, one per page, kept in the arena. */
+static int
+claim_pages(struct kvt_batch *b, struct kvt_sub *s, const struct kvt_req *q)
+{
+	const struct kvt_xpages *xp = s->pages;
+	struct kvt_range *r, *tmp;
+	uint32_t k;
+	int sorted = 1;
+
+	r = arena_alloc(b, (size_t)xp->n * sizeof(*r));
+	tmp = arena_alloc(b, (size_t)xp->n * sizeof(*tmp));
+	if (r == NULL || tmp == NULL)
+		return -ENOMEM;
+	for (k = 0; k < xp->n; k++) {
+		r[k].lo = q->x.remote + (uint64_t)xp->remote_idx[k] * xp->page_size;
+		r[k].hi = r[k].lo + xp->page_size;
+		r[k].ri = req_rimp(q);
+		if (k > 0 && r[k - 1].lo > r[k].lo)
+			sorted = 0;
+	}
+	return claim_ranges(b, s, r, tmp, xp->n, sorted);
+}
+
+/* The submission's own copy of the page list. */
+static struct kvt_xpages *
+pages_copy(struct kvt_batch *b, const struct kvt_pages *pg)
+{
+	size_t idx = (size_t)pg->n * sizeof(uint32_t);
+	struct kvt_xpages *xp;
+	uint32_t *li, *ri;
+
+	xp = arena_alloc(b, sizeof(*xp));
+	li = arena_alloc(b, idx);
+	ri = arena_alloc(b, idx);
+	if (xp == NULL || li == NULL || ri == NULL)
+		return NULL;
+	memcpy(li, pg->local_idx, idx);
+	memcpy(ri, pg->remote_idx, idx);
+	xp->local_idx = li;
+	xp->remote_idx = ri;
+	xp->n = pg->n;
+	xp->page_size = pg->page_size;
+	return xp;
+}
+
+int
+kvt_submit_pages(struct kvt_batch *b, struct kvt_peer *p,
+		 const struct kvt_pages *pg, const struct kvt_submit_opts *opts)
+{
+	static const struct kvt_submit_opts none;
+	const struct kvt_submit_opts *o = opts != NULL ? opts : &none;
+	uint64_t llo, lhi, rlo, rhi, per_page, slice;
+	struct arena_mark mark;
+	struct kvt_sub *s;
+	struct kvt_req *r;
+	unsigned int tok;
+	int ret;
+
+	if (kvt_eng == NULL)
+		return -ENODEV;
+	if (!batch_ok(b) || !kvt_peer_valid(p) || pg == NULL)
+		return KVT_REFUSE(EINVAL, "submit: bad batch, peer or page list");
+	if ((pg->op != KVT_OP_READ && pg->op != KVT_OP_WRITE) || pg->n == 0 ||
+	    pg->page_size == 0 || pg->local_idx == NULL || pg->remote_idx == NULL)
+		return KVT_REFUSE(EINVAL, "submit: page list: op %u, %u pages of %" PRIu64 " bytes: invalid",
+				  pg->op, pg->n, pg->page_size);
+	if (pages_span(pg, &llo, &lhi, &rlo, &rhi) < 0)
+		return KVT_REFUSE(EINVAL, "submit: page list: a page address overflows");
+	ret = sub_open(b, p, 1, &s);
+	if (ret < 0)
+		return ret;
+	mark = arena_mark(b);
+	s->pages = pages_copy(b, pg);
+	if (s->pages == NULL) {
+		arena_release(b, mark);
+		return -ENOMEM;
+	}
+	r = &b->req[b->used];
+	tok = kvt_rcu_read_lock();
+	ret = check_opts(p, o, s);
+	if (ret == 0)
+		ret = resolve(p, pg->op, (uint8_t *)pg->local + llo, lhi - llo,
+			      pg->remote + rlo, rhi - rlo, "page list", r);
+	if (ret == 0) {
+		req_fill(s, r, pg->op, pg->local, pg->remote,
+			 (uint64_t)pg->n * pg->page_size);
+		slice = kvt_eng->o.slice;
+		per_page = (pg->page_size + slice - 1) / slice;
+		s->slices_left = (uint64_t)pg->n * per_page;
+		s->all_mask = r->mask;
+		s->m1 = req_mem(r);
+		s->ri1 = req_rimp(r);
+		if (pg->op == KVT_OP_WRITE && !(o->flags & KVT_SUBMIT_ALLOW_OVERLAP))
+			ret = claim_pages(b, s, r);
+	}
+	ret = sub_commit(b, s, o, ret, tok);
+	if (ret < 0)
+		arena_release(b, mark);
+	return ret;
+}
