@@ -1,0 +1,162 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * tcp PMD internals, shared by its files:
+ *   tcp.c         probe, port start and stop, memory and endpoints;
+ *   tcp_sock.c    the lcore's sockets: sending frames, receiving them
+ *                 (both sides), submit and poll;
+ *   tcp_target.c  the target's side: checking and serving a peer's
+ *                 frames, answering them, authenticating data sockets;
+ *   tcp_conn.c    connections: choosing an endpoint, dialling, tokens,
+ *                 redialling lost sockets (control path).
+ */
+#ifndef KVT_PMD_TCP_H
+#define KVT_PMD_TCP_H
+
+#include <errno.h>
+#include <pthread.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <arpa/inet.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <sys/epoll.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+
+#include <rte_byteorder.h>
+#include <rte_cycles.h>
+#include <rte_kvargs.h>
+
+#include "kvt_pmd.h"
+#include "tcp_wire.h"
+
+extern int tcp_logtype;
+#define TCP_LOG(level, fmt, ...)					\
+	rte_log(RTE_LOG_ ## level, tcp_logtype, "kvt.tcp: " fmt "\n",	\
+		##__VA_ARGS__)
+
+
+#define TCP_MAX_PORTS 16
+#define TCP_MAX_SOCKS 4096
+#define TCP_RESP_RING 256
+#define TCP_MAX_INFLIGHT (16u << 20)	/* bytes sent, not acked, per socket */
+#define TCP_CHUNK (1u << 20)	/* payload bytes per recv/send call */
+#define TCP_HELLO_US (5 * 1000 * 1000)
+#define TCP_REDIAL_US (100 * 1000)	/* one dial attempt */
+#define TCP_BACKOFF_MIN_MS 250u
+#define TCP_BACKOFF_MAX_MS 10000u
+
+
+struct tcp_conn;
+
+/* A response the target still owes on a socket. */
+struct tcp_resp {
+	struct tcp_hdr h;
+	uint64_t src;		/* READ_DATA: our address */
+	uint32_t off;		/* bytes of header + payload sent */
+};
+
+struct tcp_sock {
+	int fd;
+	int server;		/* accepted here */
+	int authed;
+	struct tcp_conn *conn;
+	uint64_t since;		/* TSC: accept time, or last progress */
+	/* initiator: to send, then waiting for their acks */
+	struct kvt_desc *txq, *txq_tail;
+	struct kvt_desc *wq, *wq_tail;
+	uint32_t tx_off;
+	uint64_t inflight;
+	/* both: the frame being received */
+	struct tcp_hdr rh;
+	uint32_t rh_off;
+	uint32_t rx_left;	/* payload bytes still to come */
+	uint32_t rx_done;
+	int32_t rx_status;	/* target: the frame's outcome so far */
+	uint8_t small[KVT_NOTIFY_MAX];	/* NOTIFY payload */
+	uint8_t rbuf[4096];	/* headers and small frames */
+	uint32_t rb_off, rb_len;
+	struct tcp_hello hello;
+	uint32_t hello_off;
+	/* target: responses owed, in order */
+	struct tcp_resp resp[TCP_RESP_RING];
+	uint32_t resp_head, resp_tail;
+	struct tcp_sock *next;
+};
+
+struct tcp_conn {
+	struct kvt_conn c;	/* first */
+	uint8_t token[16];
+	struct tcp_ep ep;	/* initiator: where to dial */
+	struct tcp_sock *socks[8];
+	unsigned int nsocks;
+	unsigned int rr;
+	struct kvt_inbox *inbox;	/* acceptor: notifications to us */
+	struct tcp_conn *next;	/* acceptor: the port's token list */
+	/* Initiator, control thread: dialling lost sockets again. */
+	struct tcp_conn *dnext;
+	uint64_t redial_at_us;
+	uint32_t backoff_ms;
+};
+
+struct tcp_port {
+	char ifname[IF_NAMESIZE];
+	struct sockaddr_in addr;
+	uint8_t prefix;
+	int lfd;
+	int epfd;
+	unsigned int conns;	/* sockets per peer */
+	struct tcp_sock *socks;	/* every socket of the port */
+	unsigned int nsocks;
+	struct tcp_conn *accepted;	/* token owners */
+	pthread_mutex_t lock;
+	struct tcp_conn *dialed;	/* initiator connections */
+	uint64_t timeout_tsc;
+	uint8_t scratch[65536];	/* discarded payload */
+};
+
+/* Every port of this PMD (tcp.c; probe and remove, control path). */
+extern struct tcp_port *tcp_ports[TCP_MAX_PORTS];
+extern unsigned int tcp_nports;
+
+/* Socket options for a data socket of tp. */
+void tcp_tune(int fd, const struct tcp_port *tp);
+/* Lcore: a socket joins its connection. */
+void tcp_conn_sock_add(struct tcp_conn *c, struct tcp_sock *s);
+/* Lcore: socket i leaves its connection. */
+void tcp_conn_sock_del(struct tcp_conn *c, unsigned int i);
+/* Lcore: close a socket, failing its work with err. */
+void tcp_sock_close(struct kvt_port *port, struct tcp_sock *s, int err);
+/* Lcore: a new socket of the port (server: accepted here). */
+struct tcp_sock *tcp_sock_add(struct tcp_port *tp, int fd, int server);
+/* Target: a whole frame (and its payload) arrived. */
+int tcp_serve_frame(struct kvt_port *port, struct tcp_sock *s);
+/* Target: a whole frame header arrived. */
+int tcp_serve_header(struct kvt_port *port, struct tcp_sock *s);
+/* Every send: MSG_NOSIGNAL (no SIGPIPE); as sendmsg(). */
+ssize_t tcp_sock_sendv(int fd, struct iovec *iov, unsigned int n);
+/* Target: read a new socket's hello and check its token; @return 1
+ * (progress), 0 (more to come), -ECONNRESET, -EPROTO, -EACCES. */
+int tcp_sock_auth(struct kvt_port *port, struct tcp_sock *s);
+/* Target: send the answers owed, in order; @return work, or -errno. */
+int tcp_sock_respond(struct tcp_sock *s);
+/* The port ops (tcp_sock.c, tcp_conn.c). */
+void tcp_submit(struct kvt_port *port, struct kvt_desc **d, unsigned int n);
+unsigned int tcp_poll(struct kvt_port *port);
+void tcp_ctl_tick(struct kvt_port *port, uint64_t now);
+int tcp_conn_open(struct kvt_port *port, const struct kvt_peer_info *pi,
+		  const struct kvt_endpoint *eps, unsigned int neps,
+		  struct kvt_buf *req, struct kvt_conn **out);
+int tcp_conn_accept(struct kvt_port *port, const struct kvt_accept *a,
+		    const uint8_t *req, size_t len, struct kvt_buf *rep,
+		    struct kvt_conn **out);
+int tcp_conn_ready(struct kvt_conn *kc, const uint8_t *rep, size_t len);
+void tcp_conn_close(struct kvt_conn *kc);
+
+#endif /* KVT_PMD_TCP_H */
