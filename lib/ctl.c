@@ -54,10 +54,10 @@ ping_period_us(void)
  * each) and moved to the sessions by the control thread.
  */
 static struct {
-	rte_spinlock_t lock;
+	pthread_mutex_t lock;	/* held for a copy: never contended long */
 	struct kvt_buf frames;	/* whole frames, in order */
 	int failed;		/* a frame was lost: no memory */
-} outbox = { .lock = RTE_SPINLOCK_INITIALIZER };
+} outbox = { .lock = PTHREAD_MUTEX_INITIALIZER };
 
 static uint32_t wake_pending;	/* a byte is in the wake pipe */
 
@@ -540,10 +540,10 @@ region_event(const struct kvt_mem *m, int added, void *arg)
 	else
 		ret |= kvt_wire_put_u64(&b, KVT_T_BASE, (uintptr_t)m->lm.addr);
 	ret |= kvt_wire_end(&b);
-	rte_spinlock_lock(&outbox.lock);
+	pthread_mutex_lock(&outbox.lock);
 	if (ret != 0 || kvt_buf_put(&outbox.frames, b.data, b.len) < 0)
 		outbox.failed = 1;
-	rte_spinlock_unlock(&outbox.lock);
+	pthread_mutex_unlock(&outbox.lock);
 	kvt_buf_free(&b);
 	wake_ctl();
 }
@@ -558,12 +558,12 @@ outbox_deliver(void)
 	struct kvt_session *s;
 	int failed;
 
-	rte_spinlock_lock(&outbox.lock);
+	pthread_mutex_lock(&outbox.lock);
 	frames = outbox.frames;
 	failed = outbox.failed;
 	outbox.frames = (struct kvt_buf){ 0 };
 	outbox.failed = 0;
-	rte_spinlock_unlock(&outbox.lock);
+	pthread_mutex_unlock(&outbox.lock);
 	if (frames.len == 0 && !failed)
 		return;
 	for (s = kvt_eng->sessions; s != NULL; s = s->next) {
@@ -957,8 +957,10 @@ kvt_ctl_stop(void)
 	pthread_join(e->ctl_thread, NULL);
 	while (e->sessions != NULL)
 		sess_close(e->sessions);
+	pthread_mutex_lock(&outbox.lock);
 	kvt_buf_free(&outbox.frames);
 	outbox.failed = 0;
+	pthread_mutex_unlock(&outbox.lock);
 	close(e->listen_fd);
 	close(e->ctl_wake[0]);
 	close(e->ctl_wake[1]);
