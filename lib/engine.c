@@ -501,9 +501,6 @@ kvt_init(int argc, char **argv)
 	ret = pool_create();
 	if (ret < 0)
 		goto remove_ports;
-	ret = kvt_mem_init();
-	if (ret < 0)
-		goto free_pool;
 	ret = kvt_notify_init();
 	if (ret < 0)
 		goto mem_fini;
@@ -535,7 +532,6 @@ stop_ports:
 	kvt_notify_fini();
 mem_fini:
 	kvt_mem_fini();
-free_pool:
 	rte_mempool_free(e->pool);
 remove_ports:
 	kvt_ports_remove();

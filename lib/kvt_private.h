@@ -199,7 +199,6 @@ typedef void (*kvt_mem_event_fn)(const struct kvt_mem *m, int added,
 /** @return 0, -ENOSPC (too many subscribers). */
 int kvt_mem_event_subscribe(kvt_mem_event_fn fn, void *arg);
 void kvt_mem_event_unsubscribe(kvt_mem_event_fn fn, void *arg);
-int kvt_mem_init(void);
 void kvt_mem_fini(void);
 /* Snapshot of exported regions for a handshake (control path). */
 int kvt_mem_export_all(struct kvt_buf *out);

@@ -52,12 +52,6 @@ static struct kvt_alloc *kvt_allocs;	/* under reg_lock */
 static uint64_t kvt_mem_ids;
 
 int
-kvt_mem_init(void)
-{
-	return 0;
-}
-
-int
 kvt_mem_event_subscribe(kvt_mem_event_fn fn, void *arg)
 {
 	unsigned int i;

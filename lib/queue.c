@@ -124,6 +124,19 @@ fill_slice(struct kvt_batch *b, struct kvt_sub *s, struct kvt_desc *d)
 	}
 }
 
+/* One of the submission's own descriptors (its tails, or its whole
+ * descriptor), on the submission's port. */
+static void
+sub_desc_init(struct kvt_sub *s, struct kvt_desc *d, uint8_t op)
+{
+	memset(d, 0, sizeof(*d));
+	d->op = op;
+	d->flags = KVT_DF_EMBEDDED;
+	d->owner = s;
+	d->port = s->port;
+	d->conn = s->peer->conn[s->port];
+}
+
 static void
 whole_prepare(struct kvt_sub *s, const struct kvt_submit_opts *o)
 {
@@ -146,12 +159,7 @@ whole_prepare(struct kvt_sub *s, const struct kvt_submit_opts *o)
 		si->notify_len = s->notify_len;
 	}
 	si->done = &s->done;
-	memset(d, 0, sizeof(*d));
-	d->op = KVT_DESC_SUB;
-	d->flags = KVT_DF_EMBEDDED;
-	d->owner = s;
-	d->port = s->port;
-	d->conn = s->peer->conn[s->port];
+	sub_desc_init(s, d, KVT_DESC_SUB);
 	d->data = si;
 	d->len = s->n;
 }
@@ -173,12 +181,7 @@ tail_init(struct kvt_sub *s, unsigned int i, uint8_t op)
 {
 	struct kvt_desc *d = &s->tail[i];
 
-	memset(d, 0, sizeof(*d));
-	d->op = op;
-	d->flags = KVT_DF_EMBEDDED;
-	d->owner = s;
-	d->port = s->port;
-	d->conn = s->peer->conn[s->port];
+	sub_desc_init(s, d, op);
 	return d;
 }
 
