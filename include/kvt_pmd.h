@@ -11,7 +11,9 @@
  * application or control threads; a callback that must touch state the
  * lcore owns uses kvt_port_call().
  *
- * This header is all a PMD may include from kvt; lib/ never includes a
+ * Memory that kvt does not place itself (GPU memory) belongs to the other
+ * driver interface, kvt_dev.h, which this header includes.  These two
+ * headers are all a PMD may include from kvt; lib/ never includes a
  * PMD's headers.
  */
 #ifndef KVT_PMD_H
@@ -26,19 +28,9 @@
 #include <rte_log.h>
 
 #include "kvt.h"
+#include "kvt_dev.h"
 
 #define KVT_MAX_PORTS 32
-
-/** Memory location kinds. */
-enum kvt_loc_type {
-	KVT_LOC_CPU = 0,
-	KVT_LOC_CUDA = 1,
-};
-
-struct kvt_loc {
-	uint16_t type;		/**< enum kvt_loc_type */
-	int16_t id;		/**< NUMA node or CUDA device */
-};
 
 /** Growable byte buffer for handshake blobs (control path only). */
 struct kvt_buf {
@@ -89,6 +81,7 @@ struct kvt_rmem {
 struct kvt_port;
 struct kvt_pmd;
 struct kvt_peer;
+struct kvt_pmd_env;
 
 /** Identity of the other engine of a connection. */
 struct kvt_peer_info {
@@ -215,8 +208,8 @@ struct kvt_xpages {
 /**
  * A whole submission (KVT_DESC_SUB, desc->data points here).  The port
  * carries out every request, then the fence, then the notification, then
- * stores 1 in *done (release; the memory is host-registered through
- * host_register, so a device may store it), all in that order.  It
+ * stores 1 in *done (release; the memory devices registered that memory
+ * with host_register, so a device may store it), all in that order.  It
  * reports errors with kvt_desc_complete(), before the done store.
  */
 struct kvt_subinfo {
@@ -305,9 +298,199 @@ kvt_stat_add(uint64_t *counter, uint64_t v)
  *  id.  tcp's targets drop fence copies too.) */
 #define KVT_PMD_F_ONCE		(1u << 3)
 
+/*
+ * The driver contract.  Each op has a type below with what it may return.
+ * Mandatory: probe, submit, poll, and conn_close for a transport that
+ * makes connections (conn_open or conn_accept); kvt_pmd_register()
+ * refuses a transport without them.  Every other op may be NULL, which
+ * the engine reads as -ENOTSUP: the transport lacks that capability
+ * (mem_register: it carries no local memory; conn_open: it opens
+ * nothing).  Where -ENOTSUP would make no sense the type says what NULL
+ * means (start: nothing to get ready; a void op: nothing to do).  The
+ * lcore ops (submit, poll) must not block, lock or allocate; the others
+ * run on application or control threads, as each says.
+ */
+
+/**
+ * Check the engine-wide options this transport interprets (struct
+ * kvt_pmd_env, such as --kvt-topo), for every registered transport,
+ * enabled or not, before any probe: a malformed option stops kvt_init()
+ * on every machine, not only on one with the hardware.
+ *
+ * @retval 0 the options are fine.
+ * @retval -EINVAL malformed; err holds a one-line reason.
+ * @retval -ENOENT a file it names cannot be read; err says which.
+ */
+typedef int (*kvt_pmd_env_check_t)(const struct kvt_pmd_env *env, char *err,
+				   size_t errlen);
+
+/**
+ * Create ports with kvt_port_create() (kvt_init(), before EAL starts).
+ * args: what follows the transport's name in --kvt-pmd.
+ *
+ * @retval 0 done, with or without ports (no hardware: no port, and the
+ *   reason logged).
+ * @retval -EINVAL bad args (kvt_init() fails when --kvt-pmd named it).
+ * @retval -ENOSPC kvt_port_create() ran out of ports.
+ * @retval -ENOMEM out of memory.
+ */
+typedef int (*kvt_pmd_probe_t)(const struct kvt_pmd *pmd, const char *args);
+
+/**
+ * Get a port ready (control thread, before the lcores run).  NULL:
+ * nothing to get ready.
+ *
+ * @retval 0 ready.
+ * @retval -errno the port cannot run; kvt_init() fails.
+ */
+typedef int (*kvt_pmd_start_t)(struct kvt_port *port);
+
+/** After the lcores stopped: settle what the port still holds. */
+typedef void (*kvt_pmd_stop_t)(struct kvt_port *port);
+
+/** Release the port's private state (kvt_fini(), or a failed init). */
+typedef void (*kvt_pmd_remove_t)(struct kvt_port *port);
+
+/**
+ * Lcore: take ownership of n descriptors.  Each one ends, now or on a
+ * later poll, in exactly one kvt_desc_complete() (a KVT_DESC_SUB by its
+ * done store, errors reported before it).
+ */
+typedef void (*kvt_pmd_submit_t)(struct kvt_port *port, struct kvt_desc **d,
+				 unsigned int n);
+
+/**
+ * Lcore: make progress.
+ *
+ * @return how much work it did (0: idle, which lets an idle lcore sleep).
+ */
+typedef unsigned int (*kvt_pmd_poll_t)(struct kvt_port *port);
+
+/**
+ * Register a local region with this port (application thread); keep the
+ * port's key in m->key[port->id].
+ *
+ * @retval 0 the port carries the region.
+ * @retval -ENOTSUP the port cannot reach this memory (another port may).
+ * @retval -ENODEV the memory is on a device this port does not see.
+ * @retval -EINVAL memory its driver cannot export.
+ * @retval -ENOMEM out of memory (or of NIC resources).
+ */
+typedef int (*kvt_pmd_mem_register_t)(struct kvt_port *port,
+				      struct kvt_lmem *m);
+
+/** Undo mem_register (no descriptor on the region is in flight). */
+typedef void (*kvt_pmd_mem_unregister_t)(struct kvt_port *port,
+					 struct kvt_lmem *m);
+
+/**
+ * Append to key what a peer needs to reach exported region m through
+ * this port (control thread, for the handshake).
+ *
+ * @retval 0 key appended (it may be empty).
+ * @retval -ENOTSUP peers cannot reach the region through this port.
+ * @retval -ENOMEM out of memory.
+ */
+typedef int (*kvt_pmd_mem_export_t)(struct kvt_port *port,
+				    const struct kvt_lmem *m,
+				    struct kvt_buf *key);
+
+/**
+ * Append this port's endpoint blob for the handshake (control thread).
+ * NULL (or -ENOTSUP): an empty endpoint.
+ *
+ * @retval 0 appended (it may be empty).
+ * @retval -ENOMEM out of memory.
+ */
+typedef int (*kvt_pmd_endpoint_t)(struct kvt_port *port, struct kvt_buf *ep);
+
+/**
+ * Initiator (control or application thread): open a connection to the
+ * peer's endpoints of this transport; fill req for the peer's
+ * conn_accept.
+ *
+ * @retval 0 *out is the connection (its engine fields set by the engine).
+ * @retval -ENOTSUP this port cannot reach the peer (another may).
+ * @retval -EHOSTUNREACH no endpoint answered.
+ * @retval -ETIMEDOUT dialling took too long.
+ * @retval -ENOMEM out of memory.
+ */
+typedef int (*kvt_pmd_conn_open_t)(struct kvt_port *port,
+				   const struct kvt_peer_info *pi,
+				   const struct kvt_endpoint *eps,
+				   unsigned int neps, struct kvt_buf *req,
+				   struct kvt_conn **out);
+
+/**
+ * Acceptor (control thread): answer a peer's req with rep.  The new
+ * connection's engine fields come from a (kvt_conn_accept_init()), set
+ * before the lcore can see the connection.
+ *
+ * @retval 0 *out is the connection.
+ * @retval -EPROTO req is malformed or lies (a wrong size, a pid that is
+ *   not the peer's).
+ * @retval -ENOTSUP the peer cannot be served through this port.
+ * @retval -ENOMEM out of memory.
+ */
+typedef int (*kvt_pmd_conn_accept_t)(struct kvt_port *port,
+				     const struct kvt_accept *a,
+				     const uint8_t *req, size_t len,
+				     struct kvt_buf *rep,
+				     struct kvt_conn **out);
+
+/**
+ * Initiator: the acceptor's answer arrived.  NULL: the connection is
+ * ready as conn_open made it.
+ *
+ * @retval 0 the connection can carry descriptors.
+ * @retval -EPROTO rep is malformed; the engine closes the connection.
+ * @retval -errno setting it up failed; the engine closes it.
+ */
+typedef int (*kvt_pmd_conn_ready_t)(struct kvt_conn *c, const uint8_t *rep,
+				    size_t len);
+
+/**
+ * Free a connection.  No descriptor of it is in flight; state the lcore
+ * keeps for it must be detached there (kvt_port_call()).
+ */
+typedef void (*kvt_pmd_conn_close_t)(struct kvt_conn *c);
+
+/**
+ * Import a peer's region through a connection (control thread); keep
+ * the import in rm->key[c->port->id].
+ *
+ * @retval 0 imported.
+ * @retval -ENOTSUP this connection cannot reach the region (another may).
+ * @retval -EPROTO the key is malformed or lies.
+ * @retval -ESTALE the key names memory that is gone.
+ * @retval -EIO the driver failed to map it.
+ * @retval -ENOMEM out of memory.
+ */
+typedef int (*kvt_pmd_rmem_import_t)(struct kvt_conn *c, struct kvt_rmem *rm,
+				     const uint8_t *key, size_t len);
+
+/** Undo rmem_import (no descriptor on the region is in flight). */
+typedef void (*kvt_pmd_rmem_release_t)(struct kvt_conn *c,
+				       struct kvt_rmem *rm);
+
+/**
+ * Control thread: a message the PMD at the other end of c sent with
+ * kvt_conn_msg().  A non-empty reply goes back to it the same way.
+ * NULL: the message is dropped.
+ *
+ * @retval 0 handled.
+ * @retval -EPROTO malformed; dropped (and logged by the engine).
+ */
+typedef int (*kvt_pmd_conn_msg_t)(struct kvt_conn *c, const uint8_t *msg,
+				  size_t len, struct kvt_buf *reply);
+
+/** Control thread, every few milliseconds: upkeep such as re-probing a
+ *  failed link. */
+typedef void (*kvt_pmd_ctl_tick_t)(struct kvt_port *port, uint64_t now_us);
+
 /** The operations of a transport. */
 struct kvt_pmd_ops {
-	uint32_t flags;
+	uint32_t flags;		/**< KVT_PMD_F_* */
 	/** Preference among PMDs that reach the same memory: higher wins. */
 	int rank;
 	/** Bytes of striped slices one port may hold before new slices go
@@ -316,89 +499,29 @@ struct kvt_pmd_ops {
 	 *  rate would feed back into it. */
 	uint64_t stripe_cap;
 
-	/** Create ports with kvt_port_create(); args from --kvt-pmd. */
-	int (*probe)(const struct kvt_pmd *pmd, const char *args);
-	/** Before the lcores run (control thread). */
-	int (*start)(struct kvt_port *port);
-	/** After the lcores stopped. */
-	void (*stop)(struct kvt_port *port);
-	/** Release the port's private state. */
-	void (*remove)(struct kvt_port *port);
+	kvt_pmd_env_check_t env_check;
+	kvt_pmd_probe_t probe;			/**< mandatory */
+	kvt_pmd_start_t start;
+	kvt_pmd_stop_t stop;
+	kvt_pmd_remove_t remove;
 
-	/** Lcore: take ownership of n descriptors. */
-	void (*submit)(struct kvt_port *port, struct kvt_desc **d, unsigned int n);
-	/** Lcore: progress; @return amount of work done (0: idle). */
-	unsigned int (*poll)(struct kvt_port *port);
+	kvt_pmd_submit_t submit;		/**< mandatory */
+	kvt_pmd_poll_t poll;			/**< mandatory */
 
-	/** Register a local region; -ENOTSUP when this port cannot reach it. */
-	int (*mem_register)(struct kvt_port *port, struct kvt_lmem *m);
-	void (*mem_unregister)(struct kvt_port *port, struct kvt_lmem *m);
-	/** Key peers need to reach an exported region (may be empty). */
-	int (*mem_export)(struct kvt_port *port, const struct kvt_lmem *m,
-			  struct kvt_buf *key);
+	kvt_pmd_mem_register_t mem_register;
+	kvt_pmd_mem_unregister_t mem_unregister;
+	kvt_pmd_mem_export_t mem_export;
 
-	/** This port's endpoint blob for the handshake (may be empty). */
-	int (*endpoint)(struct kvt_port *port, struct kvt_buf *ep);
-	/**
-	 * Initiator: open a connection to the peer's endpoints of this PMD.
-	 * Fill req for the peer; -ENOTSUP when this port cannot reach it.
-	 */
-	int (*conn_open)(struct kvt_port *port, const struct kvt_peer_info *pi,
-			 const struct kvt_endpoint *eps, unsigned int neps,
-			 struct kvt_buf *req, struct kvt_conn **out);
-	/**
-	 * Acceptor: answer a peer's req with rep.  The new connection's
-	 * engine fields come from a (kvt_conn_accept_init()), set before
-	 * the lcore can see the connection.
-	 */
-	int (*conn_accept)(struct kvt_port *port, const struct kvt_accept *a,
-			   const uint8_t *req, size_t len, struct kvt_buf *rep,
-			   struct kvt_conn **out);
-	/** Initiator: the acceptor's answer arrived. */
-	int (*conn_ready)(struct kvt_conn *c, const uint8_t *rep, size_t len);
-	/**
-	 * Free a connection.  No descriptor of it is in flight; state the
-	 * lcore keeps for it must be detached there (kvt_port_call()).
-	 */
-	void (*conn_close)(struct kvt_conn *c);
-	/** Import a peer's region through a connection. */
-	int (*rmem_import)(struct kvt_conn *c, struct kvt_rmem *rm,
-			   const uint8_t *key, size_t len);
-	void (*rmem_release)(struct kvt_conn *c, struct kvt_rmem *rm);
+	kvt_pmd_endpoint_t endpoint;
+	kvt_pmd_conn_open_t conn_open;
+	kvt_pmd_conn_accept_t conn_accept;
+	kvt_pmd_conn_ready_t conn_ready;
+	kvt_pmd_conn_close_t conn_close;	/**< with conn_open/accept */
+	kvt_pmd_rmem_import_t rmem_import;
+	kvt_pmd_rmem_release_t rmem_release;
 
-	/** Allocate shareable memory; -ENOTSUP for a location it does not
-	 *  own. */
-	int (*mem_alloc)(const struct kvt_loc *loc, size_t len, void **addr);
-	int (*mem_free)(const struct kvt_loc *loc, void *addr, size_t len);
-	/** 0 and *loc set when addr is memory this PMD owns (device memory). */
-	int (*mem_locate)(const void *addr, struct kvt_loc *loc);
-	/** Make host memory the engine writes completions to reachable by
-	 *  the PMD's devices (batch memory). */
-	int (*host_register)(void *addr, size_t len);
-	void (*host_unregister)(void *addr);
-	/** Synchronous copy where one side may be device memory it owns. */
-	int (*dev_copy)(void *dst, const void *src, size_t len);
-	/** Make a device stream wait for *word == room (see
-	 *  kvt_fence_wait_stream()); word is host or device memory. */
-	int (*stream_wait)(const uint64_t *word, uint64_t room,
-			   uint64_t timeout_ns, uint32_t *status, void *stream);
-	/** PCI address of CUDA device dev (PMDs that own CUDA memory). */
-	int (*dev_pci)(int dev, char *pci, size_t len);
-	/** Number of CUDA devices. */
-	int (*dev_count)(void);
-	/** A dma-buf fd for device memory it owns (kvt_mem_dmabuf()). */
-	int (*mem_dmabuf)(const void *addr, size_t len, int *fd,
-			  uint64_t *off);
-
-	/**
-	 * Control thread: a message the PMD at the other end of c sent with
-	 * kvt_conn_msg().  A non-empty reply goes back to it the same way.
-	 */
-	int (*conn_msg)(struct kvt_conn *c, const uint8_t *msg, size_t len,
-			struct kvt_buf *reply);
-	/** Control thread, every few milliseconds: upkeep such as re-probing
-	 *  a failed link. */
-	void (*ctl_tick)(struct kvt_port *port, uint64_t now_us);
+	kvt_pmd_conn_msg_t conn_msg;
+	kvt_pmd_ctl_tick_t ctl_tick;
 };
 
 /** A registered transport. */
@@ -408,6 +531,10 @@ struct kvt_pmd {
 	struct kvt_pmd *next;
 };
 
+/**
+ * Add a transport to the registry (constructors only).  One that lacks a
+ * mandatory op is refused, with a message: it never probes.
+ */
 void kvt_pmd_register(struct kvt_pmd *pmd);
 
 /** Register a PMD from a constructor, DPDK style. */
@@ -517,108 +644,6 @@ void kvt_target_end(unsigned int token);
  * when perm is KVT_MEM_F_FENCE; NULL otherwise.
  */
 uint8_t *kvt_target_range(uint64_t addr, uint64_t len, uint32_t perm);
-
-/*
- * Topology: RDMA NICs, GPUs and NUMA nodes read from sysfs, and for each
- * memory location the NICs that should carry its bytes.  A location's
- * preferred NICs share its NUMA node (cpu:N) or sit nearest its PCI switch
- * (cuda:N); the others are its fallback.  --kvt-nic filters the NICs and
- * --kvt-topo overrides the matrix.
- */
-#define KVT_TOPO_MAX_NICS KVT_MAX_PORTS
-#define KVT_TOPO_MAX_GPUS 32
-#define KVT_TOPO_MAX_NODES 16
-
-enum kvt_link {
-	KVT_LINK_UNKNOWN = 0,
-	KVT_LINK_IB = 1,
-	KVT_LINK_ETH = 2,	/**< RoCE */
-};
-
-struct kvt_topo_nic {
-	char name[32];		/**< verbs device name (mlx5_0) */
-	char pci[16];		/**< PCI address, "" when unknown */
-	char path[256];		/**< sysfs device path below the root */
-	int numa;		/**< -1 unknown */
-	uint8_t port;		/**< verbs port number (1-based) */
-	uint8_t active;		/**< port state ACTIVE */
-	uint8_t link;		/**< enum kvt_link */
-	int gid_index;		/**< RoCE v2 GID to use; -1: none found */
-	uint32_t rate_mbps;	/**< link rate; 0 unknown */
-};
-
-struct kvt_topo_gpu {
-	char pci[16];
-	char path[256];
-	int numa;
-};
-
-/** NICs for one memory location, as bit masks over kvt_topo.nic[]. */
-struct kvt_topo_pref {
-	uint32_t preferred;
-	uint32_t fallback;
-};
-
-struct kvt_topo {
-	unsigned int nnics;
-	unsigned int ngpus;
-	unsigned int nnodes;
-	struct kvt_topo_nic nic[KVT_TOPO_MAX_NICS];
-	struct kvt_topo_gpu gpu[KVT_TOPO_MAX_GPUS];	/**< PCI order */
-	struct kvt_topo_pref cpu[KVT_TOPO_MAX_NODES];
-	/** Indexed by this process's CUDA device number. */
-	struct kvt_topo_pref cuda[KVT_TOPO_MAX_GPUS];
-	unsigned int ncuda;
-	/** cuda:N is gpu[cuda_gpu[N]]. */
-	int cuda_gpu[KVT_TOPO_MAX_GPUS];
-};
-
-/**
- * Discover the topology.
- *
- * @param root  directory holding sys/ ("/" for this machine; tests pass a
- *   fabricated tree).
- * @param allow  comma-separated NIC names (--kvt-nic); names that are not
- *   RDMA NICs are ignored here.  NULL: every NIC.
- * @param extra  comma-separated NIC names known to verbs but absent from
- *   sysfs (added with unknown locality), or NULL.
- * @param cuda_pci  PCI address of each CUDA device of this process (it
- *   may see a subset of the GPUs, renumbered), ncuda entries; NULL: the
- *   GPUs in PCI order.
- * @param json  --kvt-topo file, or NULL.
- * @param err  a one-line reason on failure.
- * @return 0; -EINVAL (malformed override, a NIC it names is unknown or not
- *   allowed); -ENOENT (the override file cannot be read).
- */
-int kvt_topo_discover(struct kvt_topo *t, const char *root, const char *allow,
-		      const char *extra, const char *const *cuda_pci,
-		      unsigned int ncuda, const char *json, char *err,
-		      size_t errlen);
-
-/** The NICs for loc; @return 0, or -ENOENT for a location it does not know. */
-int kvt_topo_lookup(const struct kvt_topo *t, const struct kvt_loc *loc,
-		    struct kvt_topo_pref *out);
-
-/** Index of the NIC named name, or -1. */
-int kvt_topo_nic_index(const struct kvt_topo *t, const char *name);
-
-/**
- * The PCI address ("0000:3b:00.0") of CUDA device dev, from a PMD that owns
- * CUDA memory.  @return 0, or -ENODEV.
- */
-int kvt_cuda_pci(int dev, char *pci, size_t len);
-/** Number of CUDA devices this process sees (0 without CUDA). */
-int kvt_cuda_count(void);
-
-/**
- * A dma-buf fd for device memory [addr, addr + len) (for NICs that read
- * and write GPU memory directly).  The caller closes *fd.
- *
- * @return 0 with *fd and *off (addr's offset inside the dma-buf);
- *   -ENOTSUP (no PMD owns that memory, or the driver has no dma-buf
- *   export), -errno.
- */
-int kvt_mem_dmabuf(const void *addr, size_t len, int *fd, uint64_t *off);
 
 /** How a same-host peer reaches a memfd-backed region. */
 struct kvt_memfd_key {

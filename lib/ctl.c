@@ -209,7 +209,9 @@ build_endpoints(struct kvt_buf *b)
 		ep.len = 0;
 		if (p->pmd->ops->endpoint != NULL) {
 			ret = p->pmd->ops->endpoint(p, &ep);
-			if (ret < 0)
+			if (ret == -ENOTSUP)
+				ep.len = 0;
+			else if (ret < 0)
 				break;
 		}
 		ret = kvt_wire_open(b, KVT_T_ENDPOINT, &mark);
@@ -331,8 +333,10 @@ sess_conn_req(struct kvt_session *s, const uint8_t *p, size_t len)
 		return ret;
 	a.remote_port = (uint16_t)from;
 	port = kvt_port_get((unsigned int)RTE_MIN(pid, (uint64_t)UINT32_MAX));
-	if (port == NULL || port->pmd->ops->conn_accept == NULL)
+	if (port == NULL)
 		ret = -ENOENT;
+	else if (port->pmd->ops->conn_accept == NULL)
+		ret = -ENOTSUP;
 	else if (s->conn[port->id] != NULL)
 		ret = -EEXIST;
 	else

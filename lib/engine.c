@@ -475,17 +475,14 @@ kvt_init(int argc, char **argv)
 	e->env.timeout_ms = e->o.timeout_ms;
 	e->env.nic_allow = e->o.nic;
 	e->env.topo_file = e->o.topo;
-	if (e->o.topo != NULL) {
-		ret = kvt_topo_check_file(e->o.topo, err, sizeof(err));
-		if (ret < 0) {
-			KVT_LOG(ERR, "--kvt-topo: %s", err);
-			goto remove_ports;
-		}
-	}
+	ret = kvt_pmds_env_check(&e->env);
+	if (ret < 0)
+		goto remove_ports;
 
 	/* Ports are probed before EAL starts (the lcore list depends on
 	 * them): their log levels are set first. */
 	log_levels_early(eal_argc, argv);
+	kvt_devs_probe();
 	ret = kvt_ports_probe();
 	if (ret < 0)
 		goto remove_ports;

@@ -27,26 +27,11 @@ struct kvt_fence_table {
 	uint64_t *expect;	/* armed room per slot */
 	struct kvt_mem *m;
 	struct kvt_loc loc;
-	const struct kvt_pmd *dev;	/* owns the device memory, or NULL */
+	const struct kvt_dev *dev;	/* copies into its device memory, or NULL */
 };
 
 struct kvt_mem *kvt_mem_register_flags(void *addr, size_t len,
 				       const char *loc, uint32_t flags);
-
-/* The transport that reaches device memory (copies, stream waits). */
-static const struct kvt_pmd *
-dev_pmd(void)
-{
-	struct kvt_port *p;
-	unsigned int i;
-
-	for (i = 0; i < kvt_port_count(); i++) {
-		p = kvt_port_get(i);
-		if (p->pmd->ops->dev_copy != NULL)
-			return p->pmd;
-	}
-	return NULL;
-}
 
 static struct kvt_fence_table *tables;
 static pthread_mutex_t tables_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -76,7 +61,7 @@ zero_device(struct kvt_fence_table *ft, size_t len)
 
 	if (z == NULL)
 		return -ENOMEM;
-	ret = ft->dev->ops->dev_copy(ft->words, z, len);
+	ret = kvt_dev_copy(ft->dev, ft->words, z, len);
 	free(z);
 	return ret;
 }
@@ -108,9 +93,9 @@ kvt_fence_table_create(uint32_t nslots, const char *locs)
 		goto free_ft;
 	}
 	if (ft->loc.type != KVT_LOC_CPU) {
-		ft->dev = dev_pmd();
+		ft->dev = kvt_dev_copier();
 		if (ft->dev == NULL) {
-			KVT_LOG(ERR, "fence table at %s: no transport here reaches device memory",
+			KVT_LOG(ERR, "fence table at %s: no memory device here copies into it",
 				locs);
 			err = ENODEV;
 			goto free_ft;
@@ -212,7 +197,7 @@ kvt_fence_arm(struct kvt_fence_table *ft, uint32_t slot, uint64_t room)
 	if (!ft_ok(ft, slot) || room == 0)
 		return -EINVAL;
 	if (ft->dev != NULL) {
-		ret = ft->dev->ops->dev_copy(&ft->words[slot], &zero, 8);
+		ret = kvt_dev_copy(ft->dev, &ft->words[slot], &zero, 8);
 		if (ret < 0)
 			return ret;
 	} else {
@@ -231,7 +216,7 @@ kvt_fence_poll(struct kvt_fence_table *ft, uint32_t slot)
 		return -EINVAL;
 	if (ft->dev != NULL) {
 		/* A device word: read with a copy (a GPU wait is cheaper). */
-		if (ft->dev->ops->dev_copy(&v, &ft->words[slot], 8) < 0)
+		if (kvt_dev_copy(ft->dev, &v, &ft->words[slot], 8) < 0)
 			return -EIO;
 	} else {
 		/* Acquire: data written before the fence is visible after. */
@@ -268,14 +253,12 @@ int
 kvt_fence_wait_stream(struct kvt_fence_table *ft, uint32_t slot,
 		      void *cuda_stream, uint64_t timeout_us, uint32_t *status)
 {
-	const struct kvt_pmd *p;
+	const struct kvt_dev *dev;
 
 	if (!ft_ok(ft, slot) || status == NULL)
 		return -EINVAL;
-	p = ft->dev != NULL ? ft->dev : dev_pmd();
-	if (p == NULL || p->ops->stream_wait == NULL)
-		return -ENOTSUP;
-	return p->ops->stream_wait(&ft->words[slot],
+	dev = ft->dev != NULL ? ft->dev : kvt_dev_copier();
+	return kvt_dev_stream_wait(dev, &ft->words[slot],
 				   __atomic_load_n(&ft->expect[slot],
 						   __ATOMIC_ACQUIRE),
 				   timeout_us * 1000, status, cuda_stream);

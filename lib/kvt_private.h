@@ -71,7 +71,6 @@ void kvt_opts_free(struct kvt_opts *o);
 int kvt_parse_size(const char *s, uint64_t *out);
 /* Parse "ip:port" ("host:port" resolves): @return 0 or -EINVAL. */
 int kvt_parse_addr(const char *s, struct sockaddr_in *sa);
-int kvt_parse_loc(const char *s, struct kvt_loc *loc);
 int kvt_parse_idle(const char *v, enum kvt_idle *idle, uint32_t *us);
 void kvt_loc_str(const struct kvt_loc *loc, char *buf, size_t len);
 
@@ -138,12 +137,29 @@ void __tsan_release(void *addr);
 #define KVT_TSAN_ACQUIRE(p) do { } while (0)
 #endif
 
+/* Every registered transport checks the options it interprets. */
+int kvt_pmds_env_check(const struct kvt_pmd_env *env);
 int kvt_ports_probe(void);
-/* --kvt-topo: is the file there, JSON, and shaped as documented?  NIC
- * names are checked later, by the transports that have NICs. */
-int kvt_topo_check_file(const char *file, char *err, size_t errlen);
 int kvt_ports_assign(void);
 int kvt_ports_start(void);
+/* Memory devices (lib/dev.c): probe them all once per kvt_init. */
+void kvt_devs_probe(void);
+/* The device addr lives on (*loc set), or NULL: host memory. */
+const struct kvt_dev *kvt_dev_locate(const void *addr, struct kvt_loc *loc);
+/* Device memory from the first device that owns loc's kind; -ENODEV
+ * when none does. */
+int kvt_dev_alloc(const struct kvt_loc *loc, size_t len, void **addr,
+		  const struct kvt_dev **owner);
+int kvt_dev_free(const struct kvt_dev *d, const struct kvt_loc *loc,
+		 void *addr, size_t len);
+/* The device that copies into device memory (fence tables), or NULL. */
+const struct kvt_dev *kvt_dev_copier(void);
+int kvt_dev_copy(const struct kvt_dev *d, void *dst, const void *src,
+		 size_t len);
+int kvt_dev_stream_wait(const struct kvt_dev *d, const uint64_t *word,
+			uint64_t room, uint64_t timeout_ns, uint32_t *status,
+			void *stream);
+/* Batch memory: reachable by every device that may complete into it. */
 void kvt_host_register(void *addr, size_t len);
 void kvt_host_unregister(void *addr);
 void kvt_ports_stop(void);

@@ -34,7 +34,7 @@ struct kvt_alloc {
 	int fd;			/* memfd, -1 for device memory */
 	uint64_t ino;
 	struct kvt_loc loc;
-	const struct kvt_pmd *pmd;	/* device memory: who allocated it */
+	const struct kvt_dev *dev;	/* device memory: who allocated it */
 	unsigned int regs;	/* registrations inside it */
 	struct kvt_alloc *next;
 };
@@ -149,20 +149,14 @@ alloc_find(const void *addr, size_t len)
 	return NULL;
 }
 
-/* Where does addr live?  Transports that own device memory say so. */
+/* Where does addr live?  The memory devices say so for theirs. */
 static int
 mem_locate(void *addr, struct kvt_loc *loc)
 {
-	struct kvt_port *p;
-	unsigned int i;
 	int node = -1;
 
-	for (i = 0; i < kvt_port_count(); i++) {
-		p = kvt_port_get(i);
-		if (p->pmd->ops->mem_locate != NULL &&
-		    p->pmd->ops->mem_locate(addr, loc) == 0)
-			return 0;
-	}
+	if (kvt_dev_locate(addr, loc) != NULL)
+		return 0;
 	loc->type = KVT_LOC_CPU;
 	if (get_mempolicy(&node, NULL, 0, addr, MPOL_F_NODE | MPOL_F_ADDR) != 0)
 		node = 0;
@@ -448,27 +442,6 @@ close_fd:
 	return -ENOMEM;
 }
 
-/* Device memory comes from the first transport that owns the location. */
-static int
-device_alloc(struct kvt_alloc *a)
-{
-	struct kvt_port *p;
-	unsigned int i;
-	int ret;
-
-	for (i = 0; i < kvt_port_count(); i++) {
-		p = kvt_port_get(i);
-		if (p->pmd->ops->mem_alloc == NULL)
-			continue;
-		ret = p->pmd->ops->mem_alloc(&a->loc, a->len, (void **)&a->addr);
-		if (ret == -ENOTSUP)
-			continue;
-		if (ret == 0)
-			a->pmd = p->pmd;
-		return ret;
-	}
-	return -ENODEV;
-}
 
 void *
 kvt_mem_alloc(size_t len, const char *locs)
@@ -503,7 +476,8 @@ kvt_mem_alloc(size_t len, const char *locs)
 	if (loc.type == KVT_LOC_CPU) {
 		ret = host_alloc(a, loc.id);
 	} else {
-		ret = device_alloc(a);
+		ret = kvt_dev_alloc(&a->loc, a->len, (void **)&a->addr,
+				    &a->dev);
 	}
 	if (ret < 0) {
 		KVT_LOG(ERR, "alloc %zu at %s: %s", len, locs ? locs : "cpu:0",
@@ -542,7 +516,7 @@ kvt_mem_free(void *addr)
 		munmap(a->addr, a->len);
 		close(a->fd);
 	} else {
-		a->pmd->ops->mem_free(&a->loc, a->addr, a->len);
+		kvt_dev_free(a->dev, &a->loc, a->addr, a->len);
 	}
 	free(a);
 	return 0;

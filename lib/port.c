@@ -17,8 +17,16 @@ static struct kvt_pmd *kvt_pmds;
 void
 kvt_pmd_register(struct kvt_pmd *pmd)
 {
+	const struct kvt_pmd_ops *o = pmd->ops;
 	struct kvt_pmd **pp = &kvt_pmds;
 
+	if (o->probe == NULL || o->submit == NULL || o->poll == NULL ||
+	    ((o->conn_open != NULL || o->conn_accept != NULL) &&
+	     o->conn_close == NULL)) {
+		RTE_LOG(ERR, USER1, "kvt: transport %s lacks a mandatory op (probe, submit, poll, conn_close): not registered\n",
+			pmd->name);
+		return;
+	}
 	/* Keep constructor order stable: append. */
 	while (*pp != NULL)
 		pp = &(*pp)->next;
@@ -139,6 +147,26 @@ nic_list_check(const char *list)
 }
 
 int
+kvt_pmds_env_check(const struct kvt_pmd_env *env)
+{
+	const struct kvt_pmd *pmd;
+	char err[256];
+	int ret;
+
+	for (pmd = kvt_pmds; pmd != NULL; pmd = pmd->next) {
+		if (pmd->ops->env_check == NULL)
+			continue;
+		err[0] = '\0';
+		ret = pmd->ops->env_check(env, err, sizeof(err));
+		if (ret < 0) {
+			KVT_LOG(ERR, "%s", err[0] != '\0' ? err : strerror(-ret));
+			return ret;
+		}
+	}
+	return 0;
+}
+
+int
 kvt_ports_probe(void)
 {
 	const struct kvt_opts *o = &kvt_eng->o;
@@ -153,7 +181,7 @@ kvt_ports_probe(void)
 				continue;
 			/* Without an explicit list a failing transport is
 			 * skipped, not fatal: the others still run.  Bad
-			 * configuration (a topology file) still is. */
+			 * arguments still are. */
 			if (probe_one(pmd, "") == -EINVAL)
 				return -EINVAL;
 		}
@@ -317,78 +345,4 @@ kvt_port_stats(unsigned int port, struct kvt_port_stats *st)
 	st->errors = __atomic_load_n(&p->st.errors, __ATOMIC_RELAXED);
 	st->retries = __atomic_load_n(&p->st.retries, __ATOMIC_RELAXED);
 	return 0;
-}
-
-/*
- * Batch memory that ports write completions to: let every transport that
- * needs to (a GPU storing the done word) register it.  Also used after
- * kvt_fini() for unregistering, so it walks the static PMD list.
- */
-void
-kvt_host_register(void *addr, size_t len)
-{
-	const struct kvt_pmd *p;
-	int ret;
-
-	for (p = kvt_pmds; p != NULL; p = p->next) {
-		if (p->ops->host_register == NULL)
-			continue;
-		ret = p->ops->host_register(addr, len);
-		if (ret < 0)
-			KVT_LOG(WARNING, "transport %s cannot register batch memory: %s",
-				p->name, strerror(-ret));
-	}
-}
-
-void
-kvt_host_unregister(void *addr)
-{
-	const struct kvt_pmd *p;
-
-	for (p = kvt_pmds; p != NULL; p = p->next)
-		if (p->ops->host_unregister != NULL)
-			p->ops->host_unregister(addr);
-}
-
-/*
- * CUDA facts for other transports (a NIC registering GPU memory, the
- * topology): asked of whichever PMD links CUDA, probed or not.
- */
-int
-kvt_cuda_count(void)
-{
-	const struct kvt_pmd *p;
-	int n;
-
-	for (p = kvt_pmds; p != NULL; p = p->next)
-		if (p->ops->dev_count != NULL && (n = p->ops->dev_count()) > 0)
-			return n;
-	return 0;
-}
-
-int
-kvt_cuda_pci(int dev, char *pci, size_t len)
-{
-	const struct kvt_pmd *p;
-
-	for (p = kvt_pmds; p != NULL; p = p->next)
-		if (p->ops->dev_pci != NULL && p->ops->dev_pci(dev, pci, len) == 0)
-			return 0;
-	return -ENODEV;
-}
-
-int
-kvt_mem_dmabuf(const void *addr, size_t len, int *fd, uint64_t *off)
-{
-	const struct kvt_pmd *p;
-	int ret = -ENOTSUP;
-
-	for (p = kvt_pmds; p != NULL; p = p->next) {
-		if (p->ops->mem_dmabuf == NULL)
-			continue;
-		ret = p->ops->mem_dmabuf(addr, len, fd, off);
-		if (ret != -ENOTSUP)
-			return ret;
-	}
-	return ret;
 }

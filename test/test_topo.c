@@ -14,6 +14,7 @@
 #include <criterion/criterion.h>
 
 #include "kvt_private.h"
+#include "../pmd/rdma/rdma_topo.h"
 #include "sysfs_tree.h"
 
 static char root[256];

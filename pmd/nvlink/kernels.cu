@@ -14,7 +14,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "nvlink.h"
+#include "kernels.h"
 
 #define WARP 32
 #define UNROLL 4
@@ -145,7 +145,7 @@ cmd_wait(const struct kvt_nv_cmd *slot, uint64_t t, struct kvt_nv_cmd *out)
 }
 
 /*
- * A lane's resident kernel (see nvlink.h): the copy of a small request
+ * A lane's resident kernel (see kernels.h): the copy of a small request
  * starts when the GPU reads its command line, with no launch.  The warps
  * split the copy in 16-byte-aligned chunks.  Every thread fences its own
  * stores system-wide before the barrier (a barrier and thread 0's

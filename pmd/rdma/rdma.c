@@ -589,12 +589,28 @@ kvt_rdma_async_events(struct rd_port *self)
 	}
 }
 
+/* --kvt-topo is read here, but a malformed one stops every engine. */
+static int
+rd_env_check(const struct kvt_pmd_env *env, char *err, size_t errlen)
+{
+	char why[224];
+	int ret;
+
+	if (env->topo_file == NULL)
+		return 0;
+	ret = kvt_topo_check_file(env->topo_file, why, sizeof(why));
+	if (ret < 0)
+		snprintf(err, errlen, "--kvt-topo: %s", why);
+	return ret;
+}
+
 static const struct kvt_pmd_ops rd_ops = {
 	.flags = KVT_PMD_F_ONCE,	/* numbered notifications: rdma_xfer.c */
 	.rank = 20,
 	/* 64 MiB drain in ~1.3 ms at 400 Gb/s: room for the submitter's
 	 * polls. */
 	.stripe_cap = 64u << 20,
+	.env_check = rd_env_check,
 	.probe = rd_probe,
 	.start = rd_start,
 	.remove = rd_remove,

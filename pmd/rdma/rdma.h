@@ -13,6 +13,7 @@
 #include <infiniband/verbs.h>
 
 #include "kvt_pmd.h"
+#include "rdma_topo.h"
 
 extern int kvt_rdma_logtype;
 #define RD_LOG(level, fmt, ...)						\

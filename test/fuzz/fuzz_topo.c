@@ -9,6 +9,7 @@
 #include <sys/mman.h>
 
 #include "kvt_private.h"
+#include "../../pmd/rdma/rdma_topo.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

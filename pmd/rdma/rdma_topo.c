@@ -29,7 +29,7 @@
 
 #include <jansson.h>
 
-#include "kvt_private.h"
+#include "rdma_topo.h"
 
 #define DIST_OTHER_ROOT 500
 #define DIST_UNKNOWN 600
