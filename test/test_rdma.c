@@ -90,6 +90,25 @@ port_of(const char *name)
 	return -1;
 }
 
+/* Cut rail `nic` once it carried bytes of batch b, which must still be
+ * running then (a cut after the work could not test the move). */
+static void
+cut_when_busy(const char *nic, struct kvt_batch *b)
+{
+	char port[40];
+	struct kvt_port_stats st;
+	uint64_t t0 = tc_now_us();
+
+	snprintf(port, sizeof(port), "rdma:%s", nic);
+	do {
+		cr_assert_eq(kvt_port_stats((unsigned int)port_of(port), &st), 0);
+		cr_assert_lt(tc_now_us() - t0, 10000000, "%s carried nothing", nic);
+	} while (st.write_bytes == 0);
+	vd_rail(nic)->down = 1;
+	cr_assert_gt(kvt_poll(b), 0,
+		     "the batch ended before %s was cut: slow the rails", nic);
+}
+
 static uint64_t
 port_bytes(const char *name)
 {
@@ -569,8 +588,7 @@ Test(rdma, rail_down_and_back, .timeout = 120, .fini = rails_fini)
 					  .remote = base + i * MiB / 4, .len = MiB / 4 };
 	b = kvt_batch_alloc(n);
 	cr_assert_geq(kvt_submit(b, p, x, n, NULL), 0);
-	usleep(5000);
-	vd_rail("mlx5_1")->down = 1;
+	cut_when_busy("mlx5_1", b);
 	cr_assert_eq(kvt_wait(b, 30000000), 0);
 	for (i = 0; i < n; i++)
 		cr_assert_eq(kvt_status(b, i), 0, "request %u: %s", i,
@@ -670,8 +688,7 @@ Test(rdma, rail_cut_moves_tails, .timeout = 120, .fini = rails_fini)
 		o.notify = note;
 		cr_assert_geq(kvt_submit(b, p, &x, 1, &o), 0);
 	}
-	usleep(4000);
-	vd_rail("mlx5_1")->down = 1;
+	cut_when_busy("mlx5_1", b);
 	cr_assert_eq(kvt_wait(b, 30000000), 0);
 	for (i = 0; i < n; i++)
 		cr_assert_eq(kvt_status(b, i), 0, "request %u: %s", i,
