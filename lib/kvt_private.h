@@ -451,6 +451,20 @@ void kvt_ctl_stop(void);
 int kvt_ctl_port_msg(struct kvt_conn **conns, const uint8_t *p, size_t len);
 /* Queue a frame on an inbound session (control thread). */
 int kvt_ctl_sess_send(struct kvt_session *s, const struct kvt_buf *frame);
+/* Inbound sessions (session.c), all on the control thread: epfd is its
+ * epoll set, where sessions and the listener (tag KVT_CTL_TAG_LISTEN)
+ * are watched. */
+#define KVT_CTL_TAG_LISTEN ((uint64_t)1)
+void kvt_sess_init(int epfd);
+void kvt_sess_accept(void);
+void kvt_sess_accept_resume(uint64_t now);
+int kvt_sess_read(struct kvt_session *s);
+int kvt_sess_flush(struct kvt_session *s);
+int kvt_sess_queue(struct kvt_session *s, const struct kvt_buf *frame);
+/* Does s go (a bound it broke, logged)? */
+int kvt_sess_expired(const struct kvt_session *s, uint64_t now,
+		     uint64_t dead_us);
+void kvt_sess_close(struct kvt_session *s);
 /* Mark a peer lost: its connections are failed (control path). */
 void kvt_peer_lost(struct kvt_peer *p, int err);
 /* Apply a REGION_ADD/DEL from the peer (control thread). */

@@ -193,7 +193,22 @@ rd_note_buf(struct rd_conn *c, unsigned int q, unsigned int i, int recv)
 #define RD_WRID_RECV(w) ((unsigned int)(((w) >> 39) & 1))
 #define RD_WRID_SEQ(w) ((w) & ((1ull << 39) - 1))
 
-/* rdma_conn.c */
+/* Re-arm messages between the two ends of a connection. */
+enum rd_msg_type {
+	RD_MSG_REARM = 1,
+	RD_MSG_REARMED,
+	RD_MSG_REFUSED,
+};
+
+struct rd_msg {
+	uint8_t type;
+	uint8_t qp;
+	uint32_t token;
+	uint32_t qpn;
+	uint32_t psn;
+};
+
+/* rdma_wire.c */
 int kvt_rdma_qpinfo_encode(const struct rd_qpinfo *qi, struct kvt_buf *b);
 int kvt_rdma_qpinfo_decode(const uint8_t *p, size_t len, struct rd_qpinfo *qi);
 int kvt_rdma_endpoint_encode(const struct rd_endpoint *e, struct kvt_buf *b);
@@ -202,6 +217,11 @@ int kvt_rdma_endpoint_decode(const uint8_t *p, size_t len,
 /* The endpoint of eps that port `self` of this host should pair with. */
 int kvt_rdma_pick_endpoint(const char *self, uint8_t link, unsigned int ordinal,
 			   const struct rd_endpoint *eps, unsigned int n);
+void kvt_rdma_msg_put(struct kvt_buf *b, const struct rd_msg *m);
+/* @return 0, or -EPROTO. */
+int kvt_rdma_msg_get(const uint8_t *p, size_t len, struct rd_msg *m);
+
+/* rdma_conn.c */
 int kvt_rdma_conn_open(struct kvt_port *port, const struct kvt_peer_info *pi,
 		       const struct kvt_endpoint *eps, unsigned int neps,
 		       struct kvt_buf *req, struct kvt_conn **out);
