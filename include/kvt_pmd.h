@@ -183,7 +183,6 @@ enum kvt_desc_op {
 	KVT_DESC_FENCE,		/**< store value at remote (release) */
 	KVT_DESC_NOTIFY,	/**< deliver data/len to the peer's inbox */
 	KVT_DESC_DONE,		/**< ordered ports: everything before is done */
-	KVT_DESC_CALL,		/**< run a control function on the lcore */
 	KVT_DESC_SUB,		/**< whole submission (KVT_PMD_F_WHOLE) */
 };
 

@@ -101,7 +101,8 @@ struct kvt_cpl {
 
 struct kvt_lcore {
 	unsigned int id;
-	struct rte_ring *ring;
+	struct rte_ring *ring;	/* descriptors, from any thread */
+	struct rte_ring *calls;	/* kvt_port_call()s: control work */
 	struct kvt_port *ports[KVT_MAX_PORTS];
 	unsigned int nports;
 	int tid;		/* thread id, for tests and tracing */

@@ -2,7 +2,9 @@
 /*
  * Worker lcores: each drains its descriptor ring in bursts, hands the
  * descriptors to the ports it owns, polls those ports, and runs the tail
- * operations (fences, notifications) that completions scheduled.  Nothing
+ * operations (fences, notifications) that completions scheduled.
+ * Control work (kvt_port_call()) comes through a ring of its own, so a
+ * full data ring never holds it up and the data path never tests for it.  Nothing
  * here allocates, locks or makes a system call in steady state; only the
  * sleep idle policy sleeps, and only after the lcore has been idle a while.
  */
@@ -23,9 +25,11 @@
 
 /* Stay hot this long after the last work before the idle policy applies. */
 #define KVT_IDLE_GRACE_US 200
+/* Port calls waiting for one lcore (each caller waits for its own). */
+#define KVT_CALLS 64
 
 struct kvt_call {
-	struct kvt_desc d;	/* first, so the desc leads to the call */
+	struct kvt_port *port;
 	int (*fn)(struct kvt_port *, void *);
 	void *arg;
 	int ret;
@@ -82,24 +86,39 @@ settle(struct kvt_lcore *lc)
 }
 
 static void
-run_call(struct kvt_desc *d)
+run_call(struct kvt_lcore *lc, struct kvt_call *c)
 {
-	struct kvt_call *c = (struct kvt_call *)d;
 	uint32_t expect = CALL_PENDING;
 
-	c->ret = c->fn(kvt_port_get(d->port), c->arg);
+	c->ret = c->fn(c->port, c->arg);
+	settle(lc);
 	if (!__atomic_compare_exchange_n(&c->state, &expect, CALL_DONE, false,
 					 __ATOMIC_RELEASE, __ATOMIC_ACQUIRE))
 		free(c);	/* the caller gave up waiting */
 }
 
-/* Calls and a submission's tail (fence, notification, done) are handled
- * one by one. */
+/* The port calls queued so far; @return how many ran. */
+static unsigned int
+run_calls(struct kvt_lcore *lc)
+{
+	struct kvt_call *c[8];
+	unsigned int n, i;
+
+	n = rte_ring_sc_dequeue_burst(lc->calls, (void **)c, RTE_DIM(c), NULL);
+	if (n == 0)
+		return 0;
+	KVT_TSAN_ACQUIRE(lc->calls);
+	for (i = 0; i < n; i++)
+		run_call(lc, c[i]);
+	return n;
+}
+
+/* A submission's tail (fence, notification, done) is handled alone. */
 static inline int
 single(const struct kvt_desc *d)
 {
-	return d->op == KVT_DESC_CALL || d->op == KVT_DESC_FENCE ||
-		d->op == KVT_DESC_NOTIFY || d->op == KVT_DESC_DONE;
+	return d->op == KVT_DESC_FENCE || d->op == KVT_DESC_NOTIFY ||
+		d->op == KVT_DESC_DONE;
 }
 
 /* Hand a burst to the ports, in runs of descriptors for the same port. */
@@ -110,11 +129,6 @@ dispatch(struct kvt_lcore *lc, struct kvt_desc **d, unsigned int n)
 	unsigned int i = 0, j;
 
 	while (i < n) {
-		if (d[i]->op == KVT_DESC_CALL) {
-			run_call(d[i++]);
-			settle(lc);
-			continue;
-		}
 		/* A fence or notification of a failed submission must not
 		 * reach the peer; a done marker waits for the notification
 		 * ahead of it. */
@@ -194,9 +208,11 @@ lcore_main(void *arg)
 	lc->ncpl = 0;
 	__atomic_store_n(&lc->running, 1, __ATOMIC_RELEASE);
 	while (!__atomic_load_n(&lc->stop, __ATOMIC_ACQUIRE)) {
-		work = 0;
 		n = rte_ring_sc_dequeue_burst(lc->ring, (void **)burst,
 					      KVT_BURST, NULL);
+		/* A call queued before those descriptors runs before them
+		 * (a connection attached before its first slice). */
+		work = run_calls(lc);
 		if (n != 0) {
 			KVT_TSAN_ACQUIRE(lc->ring);
 			dispatch(lc, burst, n);
@@ -243,6 +259,17 @@ lcore_setup(struct kvt_lcore *lc)
 		KVT_LOG(ERR, "lcore %u: ring: %s", lc->id, rte_strerror(rte_errno));
 		return -rte_errno;
 	}
+	snprintf(name, sizeof(name), "kvt_calls_%u", lc->id);
+	lc->calls = rte_ring_create(name, KVT_CALLS,
+				    (int)rte_lcore_to_socket_id(lc->id),
+				    RING_F_SC_DEQ);
+	if (lc->calls == NULL) {
+		KVT_LOG(ERR, "lcore %u: call ring: %s", lc->id,
+			rte_strerror(rte_errno));
+		rte_ring_free(lc->ring);
+		lc->ring = NULL;
+		return -rte_errno;
+	}
 	kvt_lcore_ring_attach(lc);
 	return 0;
 }
@@ -277,18 +304,17 @@ kvt_lcores_start(void)
 	return 0;
 }
 
-/* Fail whatever is left in a stopped lcore's ring. */
+/* Fail whatever is left in a stopped lcore's ring; run its calls here. */
 static void
 drain_ring(struct kvt_lcore *lc)
 {
 	struct kvt_desc *d;
 
+	while (run_calls(lc) != 0)
+		;
 	while (rte_ring_sc_dequeue(lc->ring, (void **)&d) == 0) {
 		KVT_TSAN_ACQUIRE(lc->ring);
-		if (d->op == KVT_DESC_CALL)
-			run_call(d);
-		else
-			kvt_desc_complete(d, -ECANCELED);
+		kvt_desc_complete(d, -ECANCELED);
 	}
 	while (lc->defer != NULL) {
 		d = lc->defer;
@@ -330,7 +356,9 @@ kvt_lcores_free(void)
 	for (i = 0; i < e->nlcores; i++) {
 		kvt_lcore_ring_detach(&e->lcores[i]);
 		rte_ring_free(e->lcores[i].ring);
+		rte_ring_free(e->lcores[i].calls);
 		e->lcores[i].ring = NULL;
+		e->lcores[i].calls = NULL;
 	}
 }
 
@@ -339,7 +367,6 @@ kvt_port_call(struct kvt_port *port, int (*fn)(struct kvt_port *, void *),
 	      void *arg, unsigned int timeout_ms)
 {
 	struct kvt_lcore *lc = kvt_lcore_of_port(port);
-	struct kvt_desc *d;
 	struct kvt_call *c;
 	uint32_t expect = CALL_PENDING;
 	uint64_t deadline;
@@ -348,18 +375,14 @@ kvt_port_call(struct kvt_port *port, int (*fn)(struct kvt_port *, void *),
 	if (lc == NULL || !__atomic_load_n(&lc->running, __ATOMIC_ACQUIRE) ||
 	    rte_lcore_id() == port->lcore)
 		return fn(port, arg);
-	c = aligned_alloc(RTE_CACHE_LINE_SIZE, sizeof(*c));
+	c = calloc(1, sizeof(*c));
 	if (c == NULL)
 		return -ENOMEM;
-	memset(c, 0, sizeof(*c));
-	c->d.op = KVT_DESC_CALL;
-	c->d.flags = KVT_DF_EMBEDDED;
-	c->d.port = port->id;
+	c->port = port;
 	c->fn = fn;
 	c->arg = arg;
-	d = &c->d;
-	KVT_TSAN_RELEASE(lc->ring);
-	if (rte_ring_mp_enqueue(lc->ring, d) != 0) {
+	KVT_TSAN_RELEASE(lc->calls);
+	if (rte_ring_mp_enqueue(lc->calls, c) != 0) {
 		free(c);
 		return -ENOBUFS;
 	}

@@ -4,6 +4,7 @@
  * descriptors through the rings, idle policies, fini with work in flight.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +14,7 @@
 #include <criterion/redirect.h>
 #include <rte_eal.h>
 #include <rte_errno.h>
+#include <rte_ring.h>
 
 #include "kvt.h"
 #include "kvt_private.h"
@@ -379,4 +381,97 @@ Test(engine, warns_open_listener, .init = cr_redirect_stderr, .timeout = 30)
 	buf[n] = '\0';
 	cr_assert(strstr(buf, "without --kvt-secret") == NULL,
 		  "a warning with a secret or on loopback:\n%s", buf);
+}
+
+struct call_gate {
+	uint32_t entered;
+	uint32_t release;
+};
+
+/* Holds the lcore until the test releases it. */
+static int
+hold_lcore(struct kvt_port *port, void *arg)
+{
+	struct call_gate *g = arg;
+
+	(void)port;
+	__atomic_store_n(&g->entered, 1, __ATOMIC_RELEASE);
+	while (!__atomic_load_n(&g->release, __ATOMIC_ACQUIRE))
+		usleep(100);
+	return 0;
+}
+
+static int
+answer(struct kvt_port *port, void *arg)
+{
+	(void)port;
+	(void)arg;
+	return 42;
+}
+
+static void *
+call_holder(void *arg)
+{
+	return (void *)(intptr_t)kvt_port_call(kvt_port_get(0), hold_lcore,
+					       arg, 20000);
+}
+
+static void *
+call_answer(void *arg)
+{
+	(void)arg;
+	return (void *)(intptr_t)kvt_port_call(kvt_port_get(0), answer, NULL,
+					       20000);
+}
+
+/* Control work has its own way to the lcore: a port call still runs
+ * while the lcore's descriptor ring is full, and the data behind it
+ * moves once the lcore is free. */
+Test(engine, port_call_past_a_full_ring, .timeout = 60)
+{
+	const unsigned int n = 4096;
+	static uint8_t src[4096], dst[4096 * 64];
+	struct call_gate g = { 0, 0 };
+	struct kvt_xfer x = { .op = KVT_OP_WRITE, .local = src, .len = 64 };
+	/* Claims are not what this is about (a region holds 1 024 claimed
+	 * writes in flight at most). */
+	struct kvt_submit_opts o = { .flags = KVT_SUBMIT_ALLOW_OVERLAP };
+	struct kvt_batch *b;
+	struct kvt_peer *p;
+	pthread_t holder, asker;
+	void *ret;
+	unsigned int i;
+
+	cr_assert_geq(tc_engine_init("--kvt-pmd null --kvt-descs 1024"), 0);
+	cr_assert_not_null(kvt_mem_register(src, sizeof(src), NULL, 0));
+	cr_assert_not_null(kvt_mem_register(dst, sizeof(dst), NULL,
+					    KVT_MEM_REMOTE_WRITE));
+	p = self_peer();
+	cr_assert_eq(pthread_create(&holder, NULL, call_holder, &g), 0);
+	while (!__atomic_load_n(&g.entered, __ATOMIC_ACQUIRE))
+		usleep(100);
+	b = kvt_batch_alloc(n);
+	for (i = 0; i < n; i++) {
+		x.remote = (uintptr_t)dst + (uint64_t)i * 64;
+		ret = (void *)(intptr_t)kvt_submit(b, p, &x, 1, &o);
+		cr_assert_geq((intptr_t)ret, 0, "submit %u: %s", i,
+			      strerror(-(int)(intptr_t)ret));
+	}
+	cr_assert(rte_ring_full(kvt_eng->lcores[0].ring),
+		  "%u descriptors left room in the lcore's ring",
+		  rte_ring_count(kvt_eng->lcores[0].ring));
+	cr_assert_eq(pthread_create(&asker, NULL, call_answer, NULL), 0);
+	usleep(20000);
+	__atomic_store_n(&g.release, 1, __ATOMIC_RELEASE);
+	cr_assert_eq(pthread_join(holder, &ret), 0);
+	cr_assert_eq((intptr_t)ret, 0);
+	cr_assert_eq(pthread_join(asker, &ret), 0);
+	cr_assert_eq((intptr_t)ret, 42, "the call behind a full ring: %d",
+		     (int)(intptr_t)ret);
+	cr_assert_eq(kvt_wait(b, 20 * 1000 * 1000), 0);
+	for (i = 0; i < n; i++)
+		cr_assert_eq(kvt_status(b, i), 0);
+	kvt_batch_free(b);
+	kvt_peer_close(p);
+	cr_assert_eq(kvt_fini(), 0);
 }
