@@ -209,7 +209,8 @@ slice_done(struct kvt_desc *d, int err)
 	uint32_t len = d->len;
 	unsigned int here = d->port;
 
-	kvt_stripe_account(port, len, rte_get_tsc_cycles());
+	kvt_stripe_account(port, len, s->mode == SUB_ORDERED ? 0 : len,
+			   rte_get_tsc_cycles());
 	if (err != 0) {
 		if (retryable(err) && slice_retry(d, r, s))
 			return;
@@ -285,6 +286,7 @@ kvt_desc_complete(struct kvt_desc *d, int err)
 struct burst_acc {
 	struct kvt_port *port;
 	uint64_t bytes;
+	uint64_t held;		/* striped: counted in the port's in flight */
 	uint64_t wbytes;
 	uint64_t rbytes;
 	uint64_t slices;
@@ -298,6 +300,7 @@ acc_commit(struct burst_acc *a, uint64_t now)
 	if (p == NULL || a->slices == 0)
 		return;
 	kvt_stripe_account_local(p, (uint32_t)RTE_MIN(a->bytes, (uint64_t)UINT32_MAX),
+				 (uint32_t)RTE_MIN(a->held, (uint64_t)UINT32_MAX),
 				 now);
 	kvt_stat_add(&p->st.slices, a->slices);
 	if (a->wbytes != 0)
@@ -332,6 +335,7 @@ slice_ok(struct kvt_desc *d, struct burst_acc *a, uint64_t now,
 		fr[(*nfr)++] = d;
 	if (s->mode == SUB_ORDERED)
 		return;
+	a->held += len;
 	if (__atomic_add_fetch(&r->settled, len, __ATOMIC_ACQ_REL) == r->x.len &&
 	    __atomic_sub_fetch(&s->pending, 1, __ATOMIC_ACQ_REL) == 0)
 		kvt_sub_tails_start(s, here);

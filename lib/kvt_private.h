@@ -513,9 +513,12 @@ void kvt_claim_drop(struct kvt_claim *c);
 unsigned int kvt_stripe_pick(uint32_t mask, uint32_t len, uint64_t seq);
 /* The ports of mask that may take more slices now (below their cap). */
 uint32_t kvt_stripe_room(uint32_t mask);
-void kvt_stripe_account(struct kvt_port *p, uint32_t len, uint64_t now_tsc);
+/* len bytes of slices left p, held of them striped (counted in its
+ * in-flight bytes; an ORDERED submission's slices are not). */
+void kvt_stripe_account(struct kvt_port *p, uint32_t len, uint32_t held,
+			uint64_t now_tsc);
 /* The same, on p's own lcore. */
-void kvt_stripe_account_local(struct kvt_port *p, uint32_t len,
+void kvt_stripe_account_local(struct kvt_port *p, uint32_t len, uint32_t held,
 			      uint64_t now_tsc);
 
 void kvt_batches_cancel_all(void);

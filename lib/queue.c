@@ -103,7 +103,8 @@ fill_slice(struct kvt_batch *b, struct kvt_sub *s, struct kvt_desc *d)
 	d->op = r->x.op == KVT_OP_READ ? KVT_DESC_READ : KVT_DESC_WRITE;
 	d->flags = 0;
 	if (s->mode == SUB_ORDERED) {
-		/* One port, no choice: in-flight bytes are added per burst. */
+		/* One port, no choice, and no count of striped bytes in
+		 * flight (the lcore would write it back for each one). */
 		d->port = s->port;
 	} else {
 		uint32_t mask = usable_ports(r, s->peer), room;
@@ -223,7 +224,7 @@ static int
 pump_sub(struct kvt_batch *b, struct kvt_sub *s)
 {
 	struct kvt_desc *d[KVT_BURST];
-	unsigned int k, i, left;
+	unsigned int k, i;
 
 	if (s->mode == SUB_WHOLE) {
 		if (s->tails_queued)
@@ -245,14 +246,9 @@ pump_sub(struct kvt_batch *b, struct kvt_sub *s)
 			if (rte_mempool_get_bulk(kvt_eng->pool, (void **)d, 1) != 0)
 				return 0;
 		}
-		for (i = 0, left = 0; i < k; i++) {
+		for (i = 0; i < k; i++)
 			fill_slice(b, s, d[i]);
-			left += d[i]->len;
-		}
 		s->slices_left -= k;
-		if (s->mode == SUB_ORDERED)
-			__atomic_fetch_add(&kvt_eng->ports[s->port]->inflight_bytes,
-					   left, __ATOMIC_RELAXED);
 		if (!enqueue(b, d, k))
 			return 0;
 	}

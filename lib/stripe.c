@@ -103,9 +103,11 @@ backlogged(const struct kvt_port *p)
 	return q >= (uint64_t)KVT_BACKLOG_SLICES * kvt_eng->o.slice;
 }
 
-/* Slices of len bytes left p at TSC time now; local: on p's lcore. */
+/* Slices of len bytes (held of them striped) left p at TSC time now;
+ * local: on p's lcore. */
 static void
-account(struct kvt_port *p, uint32_t len, uint64_t now, int local)
+account(struct kvt_port *p, uint32_t len, uint32_t held, uint64_t now,
+	int local)
 {
 	static uint64_t win;	/* window length in TSC cycles */
 	uint64_t el, rate;
@@ -115,9 +117,9 @@ account(struct kvt_port *p, uint32_t len, uint64_t now, int local)
 	/* Submitters add to inflight_bytes on another cpu: the port's own
 	 * lcore takes its settled bytes off once a loop, not per slice. */
 	if (local)
-		p->done_bytes += len;
-	else
-		__atomic_fetch_sub(&p->inflight_bytes, len, __ATOMIC_RELAXED);
+		p->done_bytes += held;
+	else if (held != 0)
+		__atomic_fetch_sub(&p->inflight_bytes, held, __ATOMIC_RELAXED);
 	el = now - p->rate_win_start;
 	if (p->rate_win_start == 0 || el > 100 * win) {
 		/* First slice, or the port sat idle: idle time is not slowness. */
@@ -152,13 +154,15 @@ account(struct kvt_port *p, uint32_t len, uint64_t now, int local)
 }
 
 void
-kvt_stripe_account(struct kvt_port *p, uint32_t len, uint64_t now)
+kvt_stripe_account(struct kvt_port *p, uint32_t len, uint32_t held,
+		   uint64_t now)
 {
-	account(p, len, now, rte_lcore_id() == p->lcore);
+	account(p, len, held, now, rte_lcore_id() == p->lcore);
 }
 
 void
-kvt_stripe_account_local(struct kvt_port *p, uint32_t len, uint64_t now)
+kvt_stripe_account_local(struct kvt_port *p, uint32_t len, uint32_t held,
+			 uint64_t now)
 {
-	account(p, len, now, 1);
+	account(p, len, held, now, 1);
 }
