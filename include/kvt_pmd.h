@@ -209,7 +209,8 @@ struct kvt_xpages {
  * carries out every request, then the fence, then the notification, then
  * stores 1 in *done (release; the memory devices registered that memory
  * with host_register, so a device may store it), all in that order.  It
- * reports errors with kvt_desc_complete(), before the done store.
+ * reports an error with kvt_subinfo_fail(), before the done store; the
+ * descriptor itself is never completed (the done store ends it).
  */
 struct kvt_subinfo {
 	const uint8_t *req;	/**< first struct kvt_xreq */
@@ -225,7 +226,19 @@ struct kvt_subinfo {
 	const void *notify;
 	uint32_t notify_len;	/**< 0: no notification */
 	uint64_t *done;
+	int32_t *err;		/**< the submission's first error */
 };
+
+/** A whole submission failed with err (before its done store; the first
+ *  error stays). */
+static inline void
+kvt_subinfo_fail(const struct kvt_subinfo *si, int err)
+{
+	int32_t zero = 0;
+
+	__atomic_compare_exchange_n(si->err, &zero, err, false,
+				    __ATOMIC_RELEASE, __ATOMIC_RELAXED);
+}
 
 static inline const struct kvt_xreq *
 kvt_subinfo_req(const struct kvt_subinfo *si, uint32_t i)
@@ -256,21 +269,8 @@ struct kvt_desc {
 	 *  notification's number, and its target acts on each number once
 	 *  (kvt_conn_tail_take()). */
 	uint32_t seq;
+	int32_t status;		/**< set by kvt_desc_complete() */
 } __rte_cache_aligned;
-
-/**
- * Settle a descriptor (lcore context).  err is 0 or a negative errno; a
- * retryable error (-ECONNRESET, -EIO, -ETIMEDOUT on a data slice) moves the
- * slice to another eligible port when there is one.  The descriptor must
- * not be touched afterwards.
- *
- * Every descriptor ends here, a DONE included: an ORDERED port reports
- * it (err 0, even on a dead connection) after everything queued before it
- * on the connection, and the engine stores the done word.  Completions
- * reported during one submit or poll call are settled when the call
- * returns, in the order they were reported.
- */
-void kvt_desc_complete(struct kvt_desc *d, int err);
 
 /**
  * Add to one of a port's counters (struct kvt_port.st).  Only the port's
@@ -353,13 +353,14 @@ typedef void (*kvt_pmd_remove_t)(struct kvt_port *port);
 /**
  * Lcore: take ownership of n descriptors.  Each one ends, now or on a
  * later poll, in exactly one kvt_desc_complete() (a KVT_DESC_SUB by its
- * done store, errors reported before it).
+ * done store, an error reported before it with kvt_subinfo_fail()).
  */
 typedef void (*kvt_pmd_submit_t)(struct kvt_port *port, struct kvt_desc **d,
 				 unsigned int n);
 
 /**
- * Lcore: make progress.
+ * Lcore: make progress, and hand back with kvt_desc_complete() what
+ * finished.
  *
  * @return how much work it did (0: idle, which lets an idle lcore sleep).
  */
@@ -563,7 +564,35 @@ struct kvt_port {
 	uint64_t rate_bpus;	/**< recent rate, bytes per microsecond */
 	uint64_t rate_win_bytes;
 	uint64_t rate_win_start;	/**< TSC */
-};
+	/** What the PMD finished (kvt_desc_complete()), in order, linked
+	 *  through kvt_desc.next; the engine takes it after each call.  On
+	 *  a line of its own: only the port's lcore writes it. */
+	struct kvt_desc *done_head __rte_cache_aligned;
+	struct kvt_desc **done_tail;
+} __rte_cache_aligned;
+
+/**
+ * Hand a finished descriptor back (burst out): err is 0 or a negative
+ * errno.  The PMD gives up the descriptor: it must not touch it again.
+ * The port's lcore takes what its PMD handed back when the submit, poll
+ * or port call returns, and settles it there, in order: counters, retries
+ * on another port (a retryable error, -ECONNRESET, -EIO, -ETIMEDOUT, on
+ * a data slice), tails, done words.  Nothing here calls into the engine.
+ *
+ * Every descriptor ends here, a DONE included (an ORDERED port hands it
+ * back, err 0 even on a dead connection, after everything queued before
+ * it on the connection), except a KVT_DESC_SUB (kvt_subinfo).  Call it
+ * where the port's work runs: on its lcore, in a kvt_port_call(), or in
+ * stop.
+ */
+static inline void
+kvt_desc_complete(struct kvt_port *port, struct kvt_desc *d, int err)
+{
+	d->status = err;
+	d->next = NULL;
+	*port->done_tail = d;
+	port->done_tail = &d->next;
+}
 
 /**
  * Create a port (probe only).

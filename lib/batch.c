@@ -334,7 +334,7 @@ cancel_unqueued(struct kvt_batch *b)
 
 	while ((d = b->stash) != NULL) {
 		b->stash = d->next;
-		kvt_desc_complete(d, -ECANCELED);
+		kvt_desc_finish(d, -ECANCELED);
 	}
 	b->stash_tail = NULL;
 	for (i = b->pump; i < b->nsubs; i++) {

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /*
- * Completion, on the lcores: what a PMD reports (kvt_desc_complete()) is
- * settled here once its call returns: a slice's bytes count towards its
+ * Completion, on the lcores: what a PMD hands back (kvt_desc_complete(),
+ * a list in its port) is settled here once its call returns
+ * (kvt_port_settle()), in bursts: a slice's bytes count towards its
  * request, a failed slice or tail moves to another port, and the lcore
  * whose slice settles a striped submission's last request sends its tail
  * (fence, notification) and stores its done word.
@@ -18,6 +19,9 @@
 #include <rte_pause.h>
 
 #include "batch.h"
+
+/* Completions settled together: counters and frees once per burst. */
+#define KVT_SETTLE_BURST 64
 
 static void tail_done(struct kvt_desc *d, int err);
 
@@ -253,30 +257,14 @@ settle_one(struct kvt_desc *d, int err)
 	}
 }
 
-/*
- * A PMD reports a completion.  On its lcore it is queued and settled when
- * the PMD's call returns, with the others of that call (kvt_desc_settle):
- * counters, rate and frees once per burst.  Elsewhere (a shutdown path)
- * it settles now.  A whole submission's error settles now: the port
- * stores its done word right after.
- */
+/* The engine ends a descriptor itself, now (one it never handed to a
+ * PMD, or one it cancels). */
 void
-kvt_desc_complete(struct kvt_desc *d, int err)
+kvt_desc_finish(struct kvt_desc *d, int err)
 {
-	struct kvt_lcore *lc;
-
 	if (d->op == KVT_DESC_SUB) {
 		if (err != 0)
 			set_err(&((struct kvt_sub *)d->owner)->err, err);
-		return;
-	}
-	lc = kvt_lcore_of_port(kvt_eng->ports[d->port]);
-	if (lc != NULL && lc->ncpl < KVT_CPL_MAX &&
-	    __atomic_load_n(&lc->running, __ATOMIC_ACQUIRE) &&
-	    pthread_equal(lc->thread, pthread_self())) {
-		lc->cpl[lc->ncpl].d = d;
-		lc->cpl[lc->ncpl].err = err;
-		lc->ncpl++;
 		return;
 	}
 	settle_one(d, err);
@@ -341,10 +329,10 @@ slice_ok(struct kvt_desc *d, struct burst_acc *a, uint64_t now,
 		kvt_sub_tails_start(s, here);
 }
 
-void
-kvt_desc_settle(const struct kvt_cpl *c, unsigned int n)
+static void
+desc_settle(const struct kvt_cpl *c, unsigned int n)
 {
-	struct kvt_desc *fr[KVT_CPL_MAX];
+	struct kvt_desc *fr[KVT_SETTLE_BURST];
 	struct burst_acc a = { 0 };
 	uint64_t now = rte_get_tsc_cycles();
 	unsigned int i, nfr = 0;
@@ -378,4 +366,34 @@ kvt_desc_gate(struct kvt_desc *d)
 		return KVT_GATE_GO;
 	return __atomic_load_n(&s->err, __ATOMIC_ACQUIRE) != 0 ?
 		KVT_GATE_CANCEL : KVT_GATE_GO;
+}
+
+/*
+ * What the port's PMD handed back during its last call (kvt_desc_complete),
+ * in order, in bursts: counters, rate and frees once per burst.  Settling
+ * hands nothing to a PMD (tails are deferred or go to another lcore's
+ * ring), so the list does not grow meanwhile.
+ */
+void
+kvt_port_settle(struct kvt_port *p)
+{
+	struct kvt_cpl c[KVT_SETTLE_BURST];
+	struct kvt_desc *d = p->done_head, *next;
+	unsigned int n = 0;
+
+	if (d == NULL)
+		return;
+	p->done_head = NULL;
+	p->done_tail = &p->done_head;
+	for (; d != NULL; d = next) {
+		next = d->next;
+		c[n].d = d;
+		c[n].err = d->status;
+		if (++n == RTE_DIM(c)) {
+			desc_settle(c, n);
+			n = 0;
+		}
+	}
+	if (n != 0)
+		desc_settle(c, n);
 }

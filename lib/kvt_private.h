@@ -97,7 +97,6 @@ struct kvt_cpl {
 	int err;
 };
 
-#define KVT_CPL_MAX 256
 
 struct kvt_lcore {
 	unsigned int id;
@@ -113,8 +112,6 @@ struct kvt_lcore {
 	uint64_t loops;
 	uint64_t idle_loops;
 	pthread_t thread;	/* set before running is */
-	unsigned int ncpl;	/* completions not settled yet */
-	struct kvt_cpl cpl[KVT_CPL_MAX];
 };
 
 /* Descriptor flags (kvt_desc.flags). */
@@ -187,8 +184,12 @@ kvt_desc_store_done(const struct kvt_desc *d)
 			 __ATOMIC_RELEASE);
 }
 
-/* Lcore: settle the completions its PMDs reported, in their order. */
-void kvt_desc_settle(const struct kvt_cpl *c, unsigned int n);
+/* Settle what p's PMD handed back (kvt_desc_complete()), in order: on
+ * p's lcore after each PMD call, elsewhere after a call the engine made
+ * with the lcores stopped. */
+void kvt_port_settle(struct kvt_port *p);
+/* The engine ends d now (never handed to a PMD, or cancelled). */
+void kvt_desc_finish(struct kvt_desc *d, int err);
 /* Test hooks: thread id and loop count of kvt's idx-th lcore. */
 int kvt_lcore_tid(unsigned int idx);
 uint64_t kvt_lcore_loops(unsigned int idx);

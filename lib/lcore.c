@@ -71,27 +71,21 @@ kvt_set_idle(const char *policy)
 	return 0;
 }
 
-/* Settle what the PMDs reported during the call that just returned. */
+/* Settle what p's PMD handed back during the call that just returned. */
 static inline void
-settle(struct kvt_lcore *lc)
+settle(struct kvt_port *p)
 {
-	unsigned int n = lc->ncpl;
-
-	if (n == 0)
-		return;
-	lc->ncpl = 0;
-	/* Settling queues nothing here (tails are deferred or go to another
-	 * lcore's ring), so the array is not appended to meanwhile. */
-	kvt_desc_settle(lc->cpl, n);
+	if (p->done_head != NULL)
+		kvt_port_settle(p);
 }
 
 static void
-run_call(struct kvt_lcore *lc, struct kvt_call *c)
+run_call(struct kvt_call *c)
 {
 	uint32_t expect = CALL_PENDING;
 
 	c->ret = c->fn(c->port, c->arg);
-	settle(lc);
+	settle(c->port);
 	if (!__atomic_compare_exchange_n(&c->state, &expect, CALL_DONE, false,
 					 __ATOMIC_RELEASE, __ATOMIC_ACQUIRE))
 		free(c);	/* the caller gave up waiting */
@@ -109,7 +103,7 @@ run_calls(struct kvt_lcore *lc)
 		return 0;
 	KVT_TSAN_ACQUIRE(lc->calls);
 	for (i = 0; i < n; i++)
-		run_call(lc, c[i]);
+		run_call(c[i]);
 	return n;
 }
 
@@ -123,7 +117,7 @@ single(const struct kvt_desc *d)
 
 /* Hand a burst to the ports, in runs of descriptors for the same port. */
 static void
-dispatch(struct kvt_lcore *lc, struct kvt_desc **d, unsigned int n)
+dispatch(struct kvt_desc **d, unsigned int n)
 {
 	struct kvt_port *p;
 	unsigned int i = 0, j;
@@ -135,7 +129,7 @@ dispatch(struct kvt_lcore *lc, struct kvt_desc **d, unsigned int n)
 		if (single(d[i])) {
 			switch (kvt_desc_gate(d[i])) {
 			case KVT_GATE_CANCEL:
-				kvt_desc_complete(d[i++], -ECANCELED);
+				kvt_desc_finish(d[i++], -ECANCELED);
 				continue;
 			case KVT_GATE_WAIT:
 				kvt_lcore_defer(d[i++]);	/* on this lcore */
@@ -148,10 +142,9 @@ dispatch(struct kvt_lcore *lc, struct kvt_desc **d, unsigned int n)
 			j++;
 		p = kvt_eng->ports[d[i]->port];
 		p->pmd->ops->submit(p, &d[i], j - i);
-		settle(lc);
+		settle(p);
 		i = j;
 	}
-	settle(lc);
 }
 
 /* @return the work done; waiting retries are not work, so an lcore that
@@ -167,7 +160,7 @@ run_deferred(struct kvt_lcore *lc)
 	for (; d != NULL; d = next) {
 		next = d->next;
 		n += !(d->flags & KVT_DF_RETRY) && d->op != KVT_DESC_DONE;
-		dispatch(lc, &d, 1);
+		dispatch(&d, 1);
 	}
 	return n;
 }
@@ -205,7 +198,6 @@ lcore_main(void *arg)
 
 	__atomic_store_n(&lc->tid, (int)syscall(SYS_gettid), __ATOMIC_RELEASE);
 	lc->thread = pthread_self();
-	lc->ncpl = 0;
 	__atomic_store_n(&lc->running, 1, __ATOMIC_RELEASE);
 	while (!__atomic_load_n(&lc->stop, __ATOMIC_ACQUIRE)) {
 		n = rte_ring_sc_dequeue_burst(lc->ring, (void **)burst,
@@ -215,7 +207,7 @@ lcore_main(void *arg)
 		work = run_calls(lc);
 		if (n != 0) {
 			KVT_TSAN_ACQUIRE(lc->ring);
-			dispatch(lc, burst, n);
+			dispatch(burst, n);
 			work += n;
 		}
 		if (lc->defer != NULL)
@@ -223,7 +215,7 @@ lcore_main(void *arg)
 		for (i = 0; i < lc->nports; i++) {
 			p = lc->ports[i];
 			work += p->pmd->ops->poll(p);
-			settle(lc);
+			settle(p);
 			if (p->done_bytes != 0) {
 				__atomic_fetch_sub(&p->inflight_bytes, p->done_bytes,
 						   __ATOMIC_RELAXED);
@@ -239,7 +231,6 @@ lcore_main(void *arg)
 		if (rte_get_tsc_cycles() - last_work > grace)
 			idle_wait(o);
 	}
-	settle(lc);
 	__atomic_store_n(&lc->running, 0, __ATOMIC_RELEASE);
 	/* EAL's wait for a finished lcore is invisible to TSan. */
 	KVT_TSAN_RELEASE(lc);
@@ -314,7 +305,7 @@ drain_ring(struct kvt_lcore *lc)
 		;
 	while (rte_ring_sc_dequeue(lc->ring, (void **)&d) == 0) {
 		KVT_TSAN_ACQUIRE(lc->ring);
-		kvt_desc_complete(d, -ECANCELED);
+		kvt_desc_finish(d, -ECANCELED);
 	}
 	while (lc->defer != NULL) {
 		d = lc->defer;
@@ -322,7 +313,7 @@ drain_ring(struct kvt_lcore *lc)
 		if (d->op == KVT_DESC_DONE)
 			kvt_desc_store_done(d);
 		else
-			kvt_desc_complete(d, -ECANCELED);
+			kvt_desc_finish(d, -ECANCELED);
 	}
 	lc->defer_tail = NULL;
 }
@@ -372,9 +363,14 @@ kvt_port_call(struct kvt_port *port, int (*fn)(struct kvt_port *, void *),
 	uint64_t deadline;
 	int ret;
 
-	if (lc == NULL || !__atomic_load_n(&lc->running, __ATOMIC_ACQUIRE) ||
-	    rte_lcore_id() == port->lcore)
+	/* On the port's own lcore the loop settles after its PMD call. */
+	if (rte_lcore_id() == port->lcore)
 		return fn(port, arg);
+	if (lc == NULL || !__atomic_load_n(&lc->running, __ATOMIC_ACQUIRE)) {
+		ret = fn(port, arg);
+		kvt_port_settle(port);
+		return ret;
+	}
 	c = calloc(1, sizeof(*c));
 	if (c == NULL)
 		return -ENOMEM;

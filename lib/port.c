@@ -61,16 +61,18 @@ kvt_port_create(const struct kvt_pmd *pmd, const char *name, int numa,
 		rte_errno = ENOSPC;
 		return NULL;
 	}
-	p = calloc(1, sizeof(*p));
+	p = aligned_alloc(RTE_CACHE_LINE_SIZE, sizeof(*p));
 	if (p == NULL) {
 		rte_errno = ENOMEM;
 		return NULL;
 	}
+	memset(p, 0, sizeof(*p));
 	p->id = (uint16_t)e->nports;
 	strcpy(p->name, name);
 	p->pmd = pmd;
 	p->numa = numa;
 	p->priv = priv;
+	p->done_tail = &p->done_head;
 	e->ports[e->nports++] = p;
 	KVT_LOG(DEBUG, "port %u: %s (%s, numa %d)", p->id, name, pmd->name, numa);
 	return p;
@@ -276,9 +278,12 @@ kvt_ports_stop(void)
 	struct kvt_engine *e = kvt_eng;
 	unsigned int i;
 
-	for (i = 0; i < e->nports; i++)
+	/* The lcores are stopped: what stop hands back settles here. */
+	for (i = 0; i < e->nports; i++) {
 		if (e->ports[i]->pmd->ops->stop != NULL)
 			e->ports[i]->pmd->ops->stop(e->ports[i]);
+		kvt_port_settle(e->ports[i]);
+	}
 }
 
 void

@@ -160,6 +160,7 @@ whole_prepare(struct kvt_sub *s, const struct kvt_submit_opts *o)
 		si->notify_len = s->notify_len;
 	}
 	si->done = &s->done;
+	si->err = &s->err;
 	sub_desc_init(s, d, KVT_DESC_SUB);
 	d->data = si;
 	d->len = s->n;

@@ -48,9 +48,8 @@ null_submit(struct kvt_port *port, struct kvt_desc **d, unsigned int n)
 {
 	unsigned int i;
 
-	RTE_SET_USED(port);
 	for (i = 0; i < n; i++)
-		kvt_desc_complete(d[i], 0);
+		kvt_desc_complete(port, d[i], 0);
 }
 
 static unsigned int

@@ -195,7 +195,7 @@ nv_stop(struct kvt_port *port)
 		const struct kvt_subinfo *si = w->d->data;
 
 		np->waits = w->next;
-		kvt_desc_complete(w->d, -ECANCELED);
+		kvt_subinfo_fail(si, -ECANCELED);
 		__atomic_store_n(si->done, 1, __ATOMIC_RELEASE);
 		free(w);
 	}

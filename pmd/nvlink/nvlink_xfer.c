@@ -446,7 +446,7 @@ sub_fail(struct nv_port *np, struct kvt_desc *d, int err)
 				cudaStreamSynchronize(np->lane[s][t]->st);
 			}
 	cudaGetLastError();
-	kvt_desc_complete(d, err);
+	kvt_subinfo_fail(si, err);
 	__atomic_store_n(si->done, 1, __ATOMIC_RELEASE);
 }
 
@@ -509,10 +509,8 @@ issue_sub(struct kvt_port *port, struct kvt_desc *d)
 		sub_fail(np, d, ret);
 		return;
 	}
-	if (si->notify_len == 0) {
-		kvt_desc_complete(d, 0);	/* the GPU stores done */
-		return;
-	}
+	if (si->notify_len == 0)
+		return;		/* the GPU stores done */
 	w = wait_new(np);
 	if (w == NULL) {
 		sub_fail(np, d, -ENOMEM);
@@ -536,7 +534,7 @@ nv_submit(struct kvt_port *port, struct kvt_desc **d, unsigned int n)
 			issue_sub(port, d[i]);
 		} else {
 			/* Only whole submissions are routed here. */
-			kvt_desc_complete(d[i], -ENOTSUP);
+			kvt_desc_complete(port, d[i], -ENOTSUP);
 		}
 	}
 }
@@ -577,7 +575,8 @@ nv_poll(struct kvt_port *port)
 			}
 		}
 		*pp = w->next;
-		kvt_desc_complete(w->d, ret);
+		if (ret != 0)
+			kvt_subinfo_fail(si, ret);
 		__atomic_store_n(si->done, 1, __ATOMIC_RELEASE);
 		w->next = np->free_waits;
 		np->free_waits = w;

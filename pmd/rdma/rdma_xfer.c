@@ -88,7 +88,7 @@ static void
 backlog_fail(struct rd_conn *c, int err)
 {
 	while (c->backlog != NULL)
-		kvt_desc_complete(backlog_pop(c), err);
+		kvt_desc_complete(c->c.port, backlog_pop(c), err);
 }
 
 /* Settle one send queue entry. */
@@ -103,7 +103,7 @@ entry_done(struct rd_conn *c, struct rd_qp *q, struct rd_wr *e, int err)
 		return;
 	if (d->op == KVT_DESC_NOTIFY)
 		q->notes--;
-	kvt_desc_complete(d, err);
+	kvt_desc_complete(c->c.port, d, err);
 }
 
 static void

@@ -144,7 +144,7 @@ shm_submit(struct kvt_port *port, struct kvt_desc **d, unsigned int n)
 
 	/* A DONE is the engine's store: nothing to do but report it. */
 	for (i = 0; i < n; i++)
-		kvt_desc_complete(d[i], d[i]->op == KVT_DESC_DONE ? 0 :
+		kvt_desc_complete(port, d[i], d[i]->op == KVT_DESC_DONE ? 0 :
 				  shm_do(port, d[i]));
 }
 

@@ -61,7 +61,7 @@ tcp_sock_add(struct tcp_port *tp, int fd, int server)
 /* Fail what a dying socket held, or move its data slices to another
  * connection of the same peer. */
 static void
-sock_drain(struct tcp_sock *s, int err)
+sock_drain(struct kvt_port *port, struct tcp_sock *s, int err)
 {
 	struct tcp_conn *c = s->conn;
 	struct kvt_desc *d, *lists[2] = { s->wq, s->txq };
@@ -89,7 +89,7 @@ sock_drain(struct tcp_sock *s, int err)
 					alt->txq = d;
 				alt->txq_tail = d;
 			} else {
-				kvt_desc_complete(d, err);
+				kvt_desc_complete(port, d, err);
 			}
 		}
 	}
@@ -126,7 +126,7 @@ tcp_sock_close(struct kvt_port *port, struct tcp_sock *s, int err)
 			kvt_conn_set_down(&c->c, 1);
 	}
 	s->conn = c;	/* kept for sock_drain's alternative */
-	sock_drain(s, err);
+	sock_drain(port, s, err);
 	for (pp = &tp->socks; *pp != NULL; pp = &(*pp)->next)
 		if (*pp == s) {
 			*pp = s->next;
@@ -264,8 +264,7 @@ took_frame(struct kvt_port *port, struct tcp_sock *s)
 		s->wq_tail = NULL;
 	s->inflight -= d->len;
 	s->since = rte_get_tsc_cycles();
-	RTE_SET_USED(port);
-	kvt_desc_complete(d, tcp_wire_status(s->rh.status));
+	kvt_desc_complete(port, d, tcp_wire_status(s->rh.status));
 }
 
 /*
@@ -454,11 +453,10 @@ tcp_submit(struct kvt_port *port, struct kvt_desc **d, unsigned int n)
 	struct tcp_sock *s;
 	unsigned int i;
 
-	RTE_SET_USED(port);
 	for (i = 0; i < n; i++) {
 		c = (struct tcp_conn *)d[i]->conn;
 		if (__atomic_load_n(&c->c.dead, __ATOMIC_ACQUIRE) || c->nsocks == 0) {
-			kvt_desc_complete(d[i], -ECONNRESET);
+			kvt_desc_complete(port, d[i], -ECONNRESET);
 			continue;
 		}
 		/* Fences and notifications follow the data on one stream;
