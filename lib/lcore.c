@@ -204,7 +204,7 @@ lcore_main(void *arg)
 					      KVT_BURST, NULL);
 		/* A call queued before those descriptors runs before them
 		 * (a connection attached before its first slice). */
-		work = run_calls(lc);
+		work = rte_ring_empty(lc->calls) ? 0 : run_calls(lc);
 		if (n != 0) {
 			KVT_TSAN_ACQUIRE(lc->ring);
 			dispatch(burst, n);
