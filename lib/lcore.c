@@ -4,7 +4,7 @@
  * descriptors to the ports it owns, polls those ports, and runs the tail
  * operations (fences, notifications) that completions scheduled.
  * Control work (kvt_port_call()) comes through a ring of its own, so a
- * full data ring never holds it up and the data path never tests for it.  Nothing
+ * full data ring never holds it up and no descriptor carries it.  Nothing
  * here allocates, locks or makes a system call in steady state; only the
  * sleep idle policy sleeps, and only after the lcore has been idle a while.
  */
