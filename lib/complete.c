@@ -330,7 +330,7 @@ slice_ok(struct kvt_desc *d, struct burst_acc *a, uint64_t now,
 }
 
 static void
-desc_settle(const struct kvt_cpl *c, unsigned int n)
+desc_settle(struct kvt_desc *const *c, unsigned int n)
 {
 	struct kvt_desc *fr[KVT_SETTLE_BURST];
 	struct burst_acc a = { 0 };
@@ -339,15 +339,15 @@ desc_settle(const struct kvt_cpl *c, unsigned int n)
 	struct kvt_desc *d;
 
 	for (i = 0; i < n; i++) {
-		d = c[i].d;
+		d = c[i];
 		if ((d->op == KVT_DESC_READ || d->op == KVT_DESC_WRITE) &&
-		    c[i].err == 0) {
+		    d->status == 0) {
 			slice_ok(d, &a, now, fr, &nfr);
 			continue;
 		}
 		/* Counted before a done word the application may act on. */
 		acc_commit(&a, now);
-		settle_one(d, c[i].err);
+		settle_one(d, d->status);
 	}
 	acc_commit(&a, now);
 	if (nfr != 0)
@@ -377,7 +377,7 @@ kvt_desc_gate(struct kvt_desc *d)
 void
 kvt_port_settle(struct kvt_port *p)
 {
-	struct kvt_cpl c[KVT_SETTLE_BURST];
+	struct kvt_desc *c[KVT_SETTLE_BURST];
 	struct kvt_desc *d = p->done_head, *next;
 	unsigned int n = 0;
 
@@ -387,8 +387,7 @@ kvt_port_settle(struct kvt_port *p)
 	p->done_tail = &p->done_head;
 	for (; d != NULL; d = next) {
 		next = d->next;
-		c[n].d = d;
-		c[n].err = d->status;
+		c[n] = d;
 		if (++n == RTE_DIM(c)) {
 			desc_settle(c, n);
 			n = 0;

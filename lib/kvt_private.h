@@ -91,13 +91,6 @@ void kvt_rcu_synchronize(void);
 /* Lcores and ports (lcore.c, port.c)                                  */
 /* ------------------------------------------------------------------ */
 
-/* A completion a PMD reported on its lcore, settled after its call. */
-struct kvt_cpl {
-	struct kvt_desc *d;
-	int err;
-};
-
-
 struct kvt_lcore {
 	unsigned int id;
 	struct rte_ring *ring;	/* descriptors, from any thread */
@@ -111,7 +104,6 @@ struct kvt_lcore {
 	struct kvt_desc *defer_tail;
 	uint64_t loops;
 	uint64_t idle_loops;
-	pthread_t thread;	/* set before running is */
 };
 
 /* Descriptor flags (kvt_desc.flags). */
@@ -354,6 +346,9 @@ int kvt_wire_decode_hello(const uint8_t *p, size_t len,
 /* Does the secret h carries equal want, byte for byte and in length?
  * Constant time in h's secret, so timing does not leak want. */
 int kvt_wire_secret_ok(const struct kvt_wire_hello *h, const char *want);
+/* Who the other engine says it is (HELLO or WELCOME), against our host. */
+void kvt_wire_peer_info(const struct kvt_wire_hello *h, const uint8_t *our_host,
+			struct kvt_peer_info *info);
 
 struct kvt_wire_region {
 	uint64_t base;

@@ -197,7 +197,6 @@ lcore_main(void *arg)
 	unsigned int n, i, work;
 
 	__atomic_store_n(&lc->tid, (int)syscall(SYS_gettid), __ATOMIC_RELEASE);
-	lc->thread = pthread_self();
 	__atomic_store_n(&lc->running, 1, __ATOMIC_RELEASE);
 	while (!__atomic_load_n(&lc->stop, __ATOMIC_ACQUIRE)) {
 		n = rte_ring_sc_dequeue_burst(lc->ring, (void **)burst,

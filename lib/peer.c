@@ -450,11 +450,7 @@ handshake(struct kvt_peer *p, uint64_t deadline)
 		ret = -EACCES;
 		goto out;
 	}
-	snprintf(p->info.name, sizeof(p->info.name), "%s", w->name);
-	memcpy(p->info.host_id, w->host_id, sizeof(p->info.host_id));
-	p->info.pid = w->pid;
-	p->info.same_host = memcmp(w->host_id, kvt_eng->env.host_id,
-				   sizeof(w->host_id)) == 0;
+	kvt_wire_peer_info(w, kvt_eng->env.host_id, &p->info);
 	for (i = 0; i < kvt_port_count(); i++) {
 		ret = connect_port(p, kvt_port_get(i), w, &b, deadline);
 		if (ret < 0 && ret != -ENOTSUP)

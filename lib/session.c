@@ -148,11 +148,7 @@ sess_hello(struct kvt_session *s, const uint8_t *p, size_t len)
 		sess_refuse(s, EPROTO, "malformed HELLO");
 		goto out;
 	}
-	snprintf(s->info.name, sizeof(s->info.name), "%s", h->name);
-	memcpy(s->info.host_id, h->host_id, sizeof(s->info.host_id));
-	s->info.pid = h->pid;
-	s->info.same_host = memcmp(h->host_id, e->env.host_id,
-				   sizeof(h->host_id)) == 0;
+	kvt_wire_peer_info(h, e->env.host_id, &s->info);
 	if (e->o.secret[0] != '\0' && !kvt_wire_secret_ok(h, e->o.secret)) {
 		sess_refuse(s, EACCES, "wrong or missing secret");
 		ret = -EACCES;

@@ -7,6 +7,7 @@
  */
 #include <errno.h>
 #include <poll.h>
+#include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 #include <sys/socket.h>
@@ -265,6 +266,16 @@ kvt_wire_decode_hello(const uint8_t *p, size_t len, struct kvt_wire_hello *h)
 	if (h->regions != NULL)
 		h->regions_len = (size_t)(regions_end - h->regions);
 	return r == 0 && have == 7 ? 0 : -EPROTO;
+}
+
+void
+kvt_wire_peer_info(const struct kvt_wire_hello *h, const uint8_t *our_host,
+		   struct kvt_peer_info *info)
+{
+	snprintf(info->name, sizeof(info->name), "%s", h->name);
+	memcpy(info->host_id, h->host_id, sizeof(info->host_id));
+	info->pid = h->pid;
+	info->same_host = memcmp(h->host_id, our_host, sizeof(h->host_id)) == 0;
 }
 
 int
