@@ -426,6 +426,7 @@ struct kvt_session {
 	struct kvt_conn *conn[KVT_MAX_PORTS];
 	uint64_t opened_us;
 	uint64_t last_rx_us;
+	int pinged;		/* the opener's open returned: it pings now */
 	struct kvt_buf rx;
 	struct kvt_buf tx;
 	size_t tx_off;

@@ -15,6 +15,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/epoll.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 
 #include "kvt_private.h"
@@ -270,6 +271,7 @@ sess_frame(struct kvt_session *s, uint16_t type, const uint8_t *p, size_t len)
 	case KVT_W_CONN_REQ:
 		return sess_conn_req(s, p, len);
 	case KVT_W_PING:
+		s->pinged = 1;
 		/* Our last answers are still unread: this one adds nothing. */
 		if (sess_backlog(s) > KVT_SESS_TX_SOFT)
 			return 0;
@@ -443,15 +445,30 @@ kvt_sess_accept_resume(uint64_t now)
 	epoll_ctl(sess_epfd, EPOLL_CTL_ADD, kvt_eng->listen_fd, &ev);
 }
 
+/* Bytes wait unread: this thread was late, the peer was not silent
+ * (a port call can hold the control thread past a peer's timeout). */
+static int
+sess_has_input(const struct kvt_session *s)
+{
+	int n = 0;
+
+	return ioctl(s->fd, FIONREAD, &n) == 0 && n > 0;
+}
+
 /* Does a session go?  Each phase has its own bound, and why is logged. */
 int
 kvt_sess_expired(const struct kvt_session *s, uint64_t now, uint64_t dead_us)
 {
 	const char *why = NULL;
+	uint64_t quiet = 2 * dead_us;
 
+	/* The opener pings only once its open returned, and its open may
+	 * take the handshake's whole bound (dialling every path). */
+	if (!s->pinged)
+		quiet = RTE_MAX(quiet, (uint64_t)KVT_HANDSHAKE_US);
 	if (!s->authed && now - s->opened_us > KVT_HANDSHAKE_US)
 		why = "no handshake in time";
-	else if (now - s->last_rx_us > 2 * dead_us)
+	else if (now - s->last_rx_us > quiet && !sess_has_input(s))
 		why = "silent";
 	else if (s->partial_us != 0 && now - s->partial_us > dead_us)
 		why = "a frame trickles in";
