@@ -40,7 +40,7 @@ extern "C" {
  *
  * kvt options: --kvt-name NAME, --kvt-listen IP:PORT, --kvt-secret S,
  * --kvt-pmd NAME[,key=val...] (repeatable; only listed transports start),
- * --kvt-nic LIST, --kvt-idle spin|pause|sleep:US, --kvt-slice BYTES,
+ * --kvt-nic LIST, --kvt-idle wait[:US]|spin|pause|sleep:US, --kvt-slice BYTES,
  * --kvt-lcores LIST, --kvt-timeout MS, --kvt-descs N, --kvt-topo FILE,
  * --kvt-meta p2p|etcd://HOST:PORT[,...], --kvt-cluster ID.
  *
@@ -78,8 +78,12 @@ int kvt_listen_addr(char *buf, size_t size);
 const char *kvt_name(void);
 
 /**
- * Change what idle lcores do: "spin", "pause" (rte_pause), or "sleep:US"
- * (nanosleep after 200 us without work).  Takes effect at once.
+ * Change what idle lcores do: "wait" (the default: after 200 us without
+ * work, or US with "wait:US", block until a submission, a port call or a
+ * port's own descriptor, such as a tcp socket, wakes it; lcores whose
+ * ports are all tcp block at once), "spin", "pause" (rte_pause), or
+ * "sleep:US" (nanosleep after 200 us without work).  A busy engine makes
+ * no system call in any policy.  Takes effect at once.
  *
  * @return 0, -EINVAL (bad policy), -ENODEV.
  */
@@ -258,6 +262,21 @@ struct kvt_fence_ref {
 /** Largest notification payload. */
 #define KVT_NOTIFY_MAX 256
 
+/**
+ * Priority classes (kvt_submit_opts.priority).  A higher class overtakes
+ * a lower one wherever they share a queue: the lcore takes urgent
+ * descriptors first each turn and bulk ones in small bursts after the
+ * others; an urgent striped request does not wait for a port below its
+ * in-flight cap; tcp sends urgent work on a socket of its own, so it
+ * never waits behind a large slice.  Every class is served each turn,
+ * so bulk keeps a share however much urgent work comes.
+ */
+enum kvt_prio {
+	KVT_PRIO_NORMAL = 0,	/**< the default */
+	KVT_PRIO_URGENT = 1,	/**< latency-critical: small, first layers, fences */
+	KVT_PRIO_BULK = 2,	/**< throughput: whole KV streams */
+};
+
 /** Options of one submission; all fields may be zero. */
 struct kvt_submit_opts {
 	uint32_t flags;		/**< KVT_SUBMIT_* */
@@ -265,6 +284,8 @@ struct kvt_submit_opts {
 	const void *notify;	/**< delivered to the peer after the data */
 	struct kvt_fence_ref fence;
 	void *cuda_event;	/**< cudaEvent_t the copy waits on, or NULL */
+	uint32_t priority;	/**< enum kvt_prio */
+	uint32_t rsvd;		/**< must be 0 */
 };
 
 struct kvt_batch;
@@ -310,7 +331,8 @@ int kvt_batch_reset(struct kvt_batch *batch);
  * @return
  *   Index in the batch of the first request (for kvt_status()), or:
  *   - -EINVAL: bad batch, peer, op, zero length, reserved field set, room
- *     0, notification longer than KVT_NOTIFY_MAX, or nothing to do.
+ *     0, notification longer than KVT_NOTIFY_MAX, a priority outside
+ *     enum kvt_prio, or nothing to do.
  *   - -EFAULT: a local range is not inside one registered region.
  *   - -ERANGE: a remote range is not inside one region the peer exports.
  *   - -EPERM: the remote region does not allow this op.

@@ -270,6 +270,7 @@ struct kvt_desc {
 	 *  (kvt_conn_tail_take()). */
 	uint32_t seq;
 	int32_t status;		/**< set by kvt_desc_complete() */
+	uint8_t prio;		/**< enum kvt_prio of its submission */
 } __rte_cache_aligned;
 
 /**
@@ -296,6 +297,12 @@ kvt_stat_add(uint64_t *counter, uint64_t v)
  *  (A fence may move to any port: its second copy stores the same room
  *  id.  tcp's targets drop fence copies too.) */
 #define KVT_PMD_F_ONCE		(1u << 3)
+/** Its work comes with system calls anyway (sockets): in the wait idle
+ *  policy an lcore whose ports all say so blocks as soon as a turn finds
+ *  nothing to do, without the policy's grace spin.  A wake costs little
+ *  beside such work, and spinning would take the cpu from the threads
+ *  that do it (the peer's, the application's, the kernel's). */
+#define KVT_PMD_F_SYSCALLS	(1u << 4)
 
 /*
  * The driver contract.  Each op has a type below with what it may return.
@@ -365,6 +372,26 @@ typedef void (*kvt_pmd_submit_t)(struct kvt_port *port, struct kvt_desc **d,
  * @return how much work it did (0: idle, which lets an idle lcore sleep).
  */
 typedef unsigned int (*kvt_pmd_poll_t)(struct kvt_port *port);
+
+/** An idle op's answer: only the descriptor or a submission gives work. */
+#define KVT_IDLE_FOREVER UINT64_MAX
+
+/**
+ * Lcore, before it blocks in the wait idle policy (all its ports' polls
+ * found nothing to do): what can give this port work besides a
+ * submission, and how soon its poll must run anyway (its timers).  NULL:
+ * the port is polled every 100 us while the lcore waits.
+ *
+ * @param[out] fd  a descriptor that turns readable when poll has work
+ *   (sockets, an epoll set, a completion channel), or -1.  The same for
+ *   the port's whole life from start on: the lcore adds it to its epoll
+ *   set once.
+ * @retval 0 do not block: poll again at once (work the port cannot be
+ *   woken for is in flight).
+ * @retval KVT_IDLE_FOREVER block until fd or a submission wakes the lcore.
+ * @retval us block this many microseconds at most.
+ */
+typedef uint64_t (*kvt_pmd_idle_t)(struct kvt_port *port, int *fd);
 
 /**
  * Register a local region with this port (application thread); keep the
@@ -507,6 +534,7 @@ struct kvt_pmd_ops {
 
 	kvt_pmd_submit_t submit;		/**< mandatory */
 	kvt_pmd_poll_t poll;			/**< mandatory */
+	kvt_pmd_idle_t idle;
 
 	kvt_pmd_mem_register_t mem_register;
 	kvt_pmd_mem_unregister_t mem_unregister;

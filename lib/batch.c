@@ -103,9 +103,11 @@ kvt_wait(struct kvt_batch *b, uint64_t timeout_us)
 		el = (rte_get_tsc_cycles() - start) / hz_us;
 		if (el >= timeout_us)
 			return -ETIMEDOUT;
-		/* Spin a while for latency; then yield, so lcores that share
-		 * the cpu run, and after a long wait, sleep. */
-		if (el < 200)
+		/* Spin briefly for latency; then yield, so an lcore pinned to
+		 * this cpu runs as soon as its work wakes it (a spinning
+		 * waiter would hold it off for a time slice); after a long
+		 * wait, sleep. */
+		if (el < 20)
 			rte_pause();
 		else if (el < 20000)
 			sched_yield();

@@ -90,6 +90,7 @@ struct kvt_sub {
 	uint8_t finished;	/* references released */
 	uint8_t tails_queued;
 	uint8_t notify_pending;	/* lcore: the notification waits for room */
+	uint8_t prio;		/* enum kvt_prio */
 	uint16_t port;		/* ORDERED: the port */
 	uint32_t next_req;	/* queueing cursor */
 	uint64_t next_off;

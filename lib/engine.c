@@ -361,6 +361,15 @@ eal_start(int eal_argc, char **eal_argv)
 	return 0;
 }
 
+static void
+lcore_add(struct kvt_engine *e, unsigned int id)
+{
+	struct kvt_lcore *lc = &e->lcores[e->nlcores++];
+
+	lc->id = id;
+	lc->evfd = lc->epfd = -1;	/* made by kvt_lcores_start() */
+}
+
 /* Pick the worker lcores kvt runs its ports on. */
 static int
 lcores_pick(void)
@@ -376,7 +385,7 @@ lcores_pick(void)
 				KVT_LOG(ERR, "--kvt-lcores: lcore %u is not an idle EAL worker", id);
 				return -EINVAL;
 			}
-			e->lcores[e->nlcores++].id = id;
+			lcore_add(e, id);
 		}
 		return 0;
 	}
@@ -384,7 +393,7 @@ lcores_pick(void)
 		if (e->nlcores == KVT_MAX_LCORES)
 			break;
 		if (rte_eal_get_lcore_state(id) == WAIT)
-			e->lcores[e->nlcores++].id = id;
+			lcore_add(e, id);
 	}
 	return 0;
 }

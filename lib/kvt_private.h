@@ -28,6 +28,16 @@ extern int kvt_logtype;
 #define KVT_MAX_LCORES 16
 #define KVT_MAX_PMD_ARGS 8
 #define KVT_BURST 32
+/* Bulk descriptors an lcore hands to its ports between two looks at its
+ * urgent ring: urgent work waits that long at most (2 x 64 KiB copies
+ * over shm). */
+#define KVT_BULK_STEP 2
+#define KVT_PRIO_CLASSES 3
+/* The wait idle policy: how long an lcore stays hot after its last work
+ * (the default of "wait"), and how often it polls a port that cannot
+ * wake it (no idle op) while it waits. */
+#define KVT_WAIT_GRACE_US 200
+#define KVT_WAIT_POLL_US 100
 
 /* ------------------------------------------------------------------ */
 /* Options (options.c)                                                 */
@@ -37,6 +47,7 @@ enum kvt_idle {
 	KVT_IDLE_SPIN,
 	KVT_IDLE_PAUSE,
 	KVT_IDLE_SLEEP,
+	KVT_IDLE_WAIT,	/* block until a submission or a port wakes it */
 };
 
 struct kvt_opts {
@@ -93,13 +104,24 @@ void kvt_rcu_synchronize(void);
 
 struct kvt_lcore {
 	unsigned int id;
-	struct rte_ring *ring;	/* descriptors, from any thread */
+	/* Descriptors, from any thread: one ring per enum kvt_prio. */
+	struct rte_ring *ring[KVT_PRIO_CLASSES];
 	struct rte_ring *calls;	/* kvt_port_call()s: control work */
+	/* Wait policy: 1 while the lcore blocks (or is about to); whoever
+	 * clears it writes evfd.  Read by every submitter, written only
+	 * around a sleep: kept off the lines the lcore writes each loop. */
+	uint32_t sleeping;
+	int evfd;		/* eventfd: a submission or a call wakes it */
+	int epfd;		/* evfd and the ports' wake descriptors */
+	int no_grace;		/* every port is KVT_PMD_F_SYSCALLS */
 	struct kvt_port *ports[KVT_MAX_PORTS];
 	unsigned int nports;
 	int tid;		/* thread id, for tests and tracing */
 	uint32_t stop;
 	uint32_t running;
+	/* Bulk descriptors taken from their ring, not handed out yet. */
+	struct kvt_desc *bulk[KVT_BURST];
+	unsigned int bulk_pos, bulk_n;
 	struct kvt_desc *defer;	/* tail ops to run next iteration, FIFO */
 	struct kvt_desc *defer_tail;
 	uint64_t loops;
@@ -163,6 +185,11 @@ unsigned int kvt_lcore_enqueue(unsigned int lcore_idx, struct kvt_desc **d,
 			       unsigned int n);
 /* On an lcore: run d on its next turn (FIFO); -ENOENT off an lcore. */
 int kvt_lcore_defer(struct kvt_desc *d);
+/* After queueing work for lc: wake it if it blocks in the wait policy
+ * (a system call then, none while it is awake). */
+void kvt_lcore_wake(struct kvt_lcore *lc);
+/* Wake lc whatever it said (it must look at its stop flag or policy). */
+void kvt_lcore_kick(struct kvt_lcore *lc);
 void kvt_lcore_ring_attach(struct kvt_lcore *lc);
 void kvt_lcore_ring_detach(struct kvt_lcore *lc);
 struct kvt_lcore *kvt_lcore_of_port(const struct kvt_port *p);

@@ -13,6 +13,9 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#include <sys/epoll.h>
+#include <sys/prctl.h>
+#include <sys/eventfd.h>
 #include <sys/syscall.h>
 
 #include <rte_cycles.h>
@@ -59,6 +62,7 @@ kvt_set_idle(const char *policy)
 {
 	enum kvt_idle idle;
 	uint32_t us = 0;
+	unsigned int i;
 
 	if (kvt_eng == NULL)
 		return -ENODEV;
@@ -68,6 +72,10 @@ kvt_set_idle(const char *policy)
 	 * turn at most. */
 	__atomic_store_n(&kvt_eng->o.idle_us, us, __ATOMIC_RELAXED);
 	__atomic_store_n(&kvt_eng->o.idle, idle, __ATOMIC_RELEASE);
+	/* A waiting lcore looks at the new policy now. */
+	for (i = 0; i < kvt_eng->nlcores; i++)
+		if (kvt_eng->lcores[i].calls != NULL)
+			kvt_lcore_kick(&kvt_eng->lcores[i]);
 	return 0;
 }
 
@@ -165,8 +173,102 @@ run_deferred(struct kvt_lcore *lc)
 	return n;
 }
 
+/* Wait policy, on the lcore: add each port's wake descriptor to the
+ * lcore's epoll set (once, as the lcore starts). */
 static void
-idle_wait(const struct kvt_opts *o)
+watch_ports(struct kvt_lcore *lc)
+{
+	struct epoll_event ev = { .events = EPOLLIN };
+	struct kvt_port *p;
+	unsigned int i;
+	int fd;
+
+	lc->no_grace = lc->nports > 0;
+	for (i = 0; i < lc->nports; i++)
+		if (!(lc->ports[i]->pmd->ops->flags & KVT_PMD_F_SYSCALLS))
+			lc->no_grace = 0;
+	for (i = 0; i < lc->nports && lc->epfd >= 0; i++) {
+		p = lc->ports[i];
+		fd = -1;
+		if (p->pmd->ops->idle != NULL)
+			p->pmd->ops->idle(p, &fd);
+		ev.data.u32 = i + 1;
+		if (fd >= 0 && epoll_ctl(lc->epfd, EPOLL_CTL_ADD, fd, &ev) != 0)
+			KVT_LOG(WARNING, "lcore %u: port %s cannot wake it (%s): it is polled while the lcore waits",
+				lc->id, p->name, strerror(errno));
+	}
+}
+
+/* How long the lcore may block: the shortest its ports allow. */
+static uint64_t
+wait_bound_us(struct kvt_lcore *lc)
+{
+	uint64_t us = lc->defer != NULL ? KVT_WAIT_POLL_US : KVT_IDLE_FOREVER;
+	struct kvt_port *p;
+	unsigned int i;
+	int fd;
+
+	for (i = 0; i < lc->nports && us != 0; i++) {
+		p = lc->ports[i];
+		us = RTE_MIN(us, p->pmd->ops->idle != NULL ?
+			     p->pmd->ops->idle(p, &fd) : KVT_WAIT_POLL_US);
+	}
+	return us;
+}
+
+static int
+rings_empty(const struct kvt_lcore *lc)
+{
+	unsigned int c;
+
+	for (c = 0; c < KVT_PRIO_CLASSES; c++)
+		if (!rte_ring_empty(lc->ring[c]))
+			return 0;
+	return 1;
+}
+
+/*
+ * Wait policy: block until a submission (kvt_lcore_wake), a port's
+ * descriptor or the ports' own bound wakes the lcore.  It says so first,
+ * then looks at its rings once more (kvt_lcore_wake says why that is
+ * enough); a submission finds it awake again and makes no system call.
+ */
+static void
+idle_block(struct kvt_lcore *lc)
+{
+	struct epoll_event ev[KVT_MAX_PORTS + 1];
+	uint64_t us = wait_bound_us(lc), drain;
+	struct timespec ts, *tp = NULL;
+	int n, i;
+
+	if (us == 0 || lc->epfd < 0)
+		return;
+	if (us != KVT_IDLE_FOREVER) {
+		ts.tv_sec = (time_t)(us / 1000000);
+		ts.tv_nsec = (long)(us % 1000000) * 1000;
+		tp = &ts;
+	}
+	__atomic_store_n(&lc->sleeping, 1, __ATOMIC_SEQ_CST);
+	if (!rings_empty(lc) || !rte_ring_empty(lc->calls) ||
+	    __atomic_load_n(&lc->stop, __ATOMIC_ACQUIRE)) {
+		__atomic_store_n(&lc->sleeping, 0, __ATOMIC_RELAXED);
+		return;
+	}
+	n = epoll_pwait2(lc->epfd, ev, (int)RTE_DIM(ev), tp, NULL);
+	if (n < 0 && errno == ENOSYS)	/* kernels before 5.11 */
+		n = epoll_wait(lc->epfd, ev, (int)RTE_DIM(ev),
+			       tp == NULL ? -1 : (int)(us / 1000) + 1);
+	__atomic_store_n(&lc->sleeping, 0, __ATOMIC_RELAXED);
+	/* A waker that cleared the flag writes the counter, perhaps only
+	 * now: a late write costs one early wake next time, no more. */
+	for (i = 0; i < n; i++)
+		if (ev[i].data.u32 == 0 &&
+		    read(lc->evfd, &drain, sizeof(drain)) < 0)
+			break;
+}
+
+static void
+idle_wait(struct kvt_lcore *lc, const struct kvt_opts *o)
 {
 	uint32_t us = __atomic_load_n(&o->idle_us, __ATOMIC_RELAXED);
 	struct timespec ts;
@@ -182,7 +284,52 @@ idle_wait(const struct kvt_opts *o)
 		ts.tv_nsec = (long)(us % 1000000) * 1000;
 		nanosleep(&ts, NULL);
 		break;
+	case KVT_IDLE_WAIT:
+		idle_block(lc);
+		break;
 	}
+}
+
+/* How long an lcore stays hot after its last work, in TSC cycles. */
+static uint64_t
+grace_tsc(const struct kvt_lcore *lc, const struct kvt_opts *o)
+{
+	uint64_t us = KVT_IDLE_GRACE_US;
+
+	if (__atomic_load_n(&o->idle, __ATOMIC_ACQUIRE) == KVT_IDLE_WAIT)
+		us = lc->no_grace ? 0 : __atomic_load_n(&o->idle_us,
+							 __ATOMIC_RELAXED);
+	return rte_get_tsc_hz() / 1000000 * us;
+}
+
+static inline unsigned int
+take(struct kvt_lcore *lc, enum kvt_prio c, struct kvt_desc **d,
+     unsigned int max)
+{
+	unsigned int n;
+
+	n = rte_ring_sc_dequeue_burst(lc->ring[c], (void **)d, max, NULL);
+	if (n != 0)
+		KVT_TSAN_ACQUIRE(lc->ring[c]);
+	return n;
+}
+
+/* Hand out held bulk descriptors, a step at a time, until urgent work
+ * comes; @return how many went. */
+static unsigned int
+run_bulk(struct kvt_lcore *lc)
+{
+	unsigned int n, done = 0;
+
+	while (lc->bulk_pos < lc->bulk_n) {
+		n = RTE_MIN(lc->bulk_n - lc->bulk_pos, (unsigned int)KVT_BULK_STEP);
+		dispatch(&lc->bulk[lc->bulk_pos], n);
+		lc->bulk_pos += n;
+		done += n;
+		if (!rte_ring_empty(lc->ring[KVT_PRIO_URGENT]))
+			break;
+	}
+	return done;
 }
 
 static int
@@ -190,25 +337,35 @@ lcore_main(void *arg)
 {
 	struct kvt_lcore *lc = arg;
 	const struct kvt_opts *o = &kvt_eng->o;
-	uint64_t grace = rte_get_tsc_hz() / 1000000 * KVT_IDLE_GRACE_US;
 	uint64_t last_work = rte_get_tsc_cycles();
-	struct kvt_desc *burst[KVT_BURST];
+	struct kvt_desc *urgent[KVT_BURST], *normal[KVT_BURST];
 	struct kvt_port *p;
-	unsigned int n, i, work;
+	unsigned int nu, nn, i, work;
 
 	__atomic_store_n(&lc->tid, (int)syscall(SYS_gettid), __ATOMIC_RELEASE);
+	/* A bounded sleep ends when asked, not up to 50 us later. */
+	prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
+	watch_ports(lc);
 	__atomic_store_n(&lc->running, 1, __ATOMIC_RELEASE);
 	while (!__atomic_load_n(&lc->stop, __ATOMIC_ACQUIRE)) {
-		n = rte_ring_sc_dequeue_burst(lc->ring, (void **)burst,
-					      KVT_BURST, NULL);
+		/* Urgent first, then normal, then bulk, which yields to
+		 * urgent work every few descriptors: each class is served
+		 * every turn, so none starves, and urgent work never waits
+		 * behind more than a few bulk slices. */
+		nu = take(lc, KVT_PRIO_URGENT, urgent, KVT_BURST);
+		nn = take(lc, KVT_PRIO_NORMAL, normal, KVT_BURST);
+		if (lc->bulk_pos == lc->bulk_n) {
+			lc->bulk_n = take(lc, KVT_PRIO_BULK, lc->bulk, KVT_BURST);
+			lc->bulk_pos = 0;
+		}
 		/* A call queued before those descriptors runs before them
 		 * (a connection attached before its first slice). */
 		work = rte_ring_empty(lc->calls) ? 0 : run_calls(lc);
-		if (n != 0) {
-			KVT_TSAN_ACQUIRE(lc->ring);
-			dispatch(burst, n);
-			work += n;
-		}
+		if (nu != 0)
+			dispatch(urgent, nu);
+		if (nn != 0)
+			dispatch(normal, nn);
+		work += nu + nn + run_bulk(lc);
 		if (lc->defer != NULL)
 			work += run_deferred(lc);
 		for (i = 0; i < lc->nports; i++) {
@@ -227,8 +384,8 @@ lcore_main(void *arg)
 			continue;
 		}
 		lc->idle_loops++;
-		if (rte_get_tsc_cycles() - last_work > grace)
-			idle_wait(o);
+		if (rte_get_tsc_cycles() - last_work > grace_tsc(lc, o))
+			idle_wait(lc, o);
 	}
 	__atomic_store_n(&lc->running, 0, __ATOMIC_RELEASE);
 	/* EAL's wait for a finished lcore is invisible to TSan. */
@@ -236,32 +393,75 @@ lcore_main(void *arg)
 	return 0;
 }
 
+static void
+wake_close(struct kvt_lcore *lc)
+{
+	if (lc->evfd >= 0)
+		close(lc->evfd);
+	if (lc->epfd >= 0)
+		close(lc->epfd);
+	lc->evfd = lc->epfd = -1;
+}
+
+static void
+rings_free(struct kvt_lcore *lc)
+{
+	unsigned int c;
+
+	for (c = 0; c < KVT_PRIO_CLASSES; c++) {
+		rte_ring_free(lc->ring[c]);
+		lc->ring[c] = NULL;
+	}
+	rte_ring_free(lc->calls);
+	lc->calls = NULL;
+}
+
 static int
 lcore_setup(struct kvt_lcore *lc)
 {
+	static const char *const cls[KVT_PRIO_CLASSES] = { "ring", "urg", "bulk" };
 	char name[RTE_RING_NAMESIZE];
-	unsigned int size = rte_align32pow2(kvt_eng->o.descs);
+	unsigned int size = rte_align32pow2(kvt_eng->o.descs), c;
+	int sock = (int)rte_lcore_to_socket_id(lc->id), ret;
 
-	snprintf(name, sizeof(name), "kvt_ring_%u", lc->id);
-	lc->ring = rte_ring_create(name, size, (int)rte_lcore_to_socket_id(lc->id),
-				   RING_F_SC_DEQ);
-	if (lc->ring == NULL) {
-		KVT_LOG(ERR, "lcore %u: ring: %s", lc->id, rte_strerror(rte_errno));
-		return -rte_errno;
+	for (c = 0; c < KVT_PRIO_CLASSES; c++) {
+		snprintf(name, sizeof(name), "kvt_%s_%u", cls[c], lc->id);
+		lc->ring[c] = rte_ring_create(name, size, sock, RING_F_SC_DEQ);
+		if (lc->ring[c] == NULL) {
+			KVT_LOG(ERR, "lcore %u: ring: %s", lc->id,
+				rte_strerror(rte_errno));
+			ret = -rte_errno;
+			goto free_rings;
+		}
 	}
 	snprintf(name, sizeof(name), "kvt_calls_%u", lc->id);
-	lc->calls = rte_ring_create(name, KVT_CALLS,
-				    (int)rte_lcore_to_socket_id(lc->id),
-				    RING_F_SC_DEQ);
+	lc->calls = rte_ring_create(name, KVT_CALLS, sock, RING_F_SC_DEQ);
 	if (lc->calls == NULL) {
 		KVT_LOG(ERR, "lcore %u: call ring: %s", lc->id,
 			rte_strerror(rte_errno));
-		rte_ring_free(lc->ring);
-		lc->ring = NULL;
-		return -rte_errno;
+		ret = -rte_errno;
+		goto free_rings;
+	}
+	lc->sleeping = 0;
+	lc->bulk_pos = lc->bulk_n = 0;
+	lc->evfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	lc->epfd = epoll_create1(EPOLL_CLOEXEC);
+	if (lc->evfd < 0 || lc->epfd < 0 ||
+	    epoll_ctl(lc->epfd, EPOLL_CTL_ADD, lc->evfd,
+		      &(struct epoll_event){ .events = EPOLLIN }) != 0) {
+		KVT_LOG(ERR, "lcore %u: wake descriptors: %s", lc->id,
+			strerror(errno));
+		ret = -EMFILE;
+		goto close_wake;
 	}
 	kvt_lcore_ring_attach(lc);
 	return 0;
+
+close_wake:
+	wake_close(lc);
+free_rings:
+	rings_free(lc);
+	return ret;
 }
 
 int
@@ -299,13 +499,17 @@ static void
 drain_ring(struct kvt_lcore *lc)
 {
 	struct kvt_desc *d;
+	unsigned int c;
 
 	while (run_calls(lc) != 0)
 		;
-	while (rte_ring_sc_dequeue(lc->ring, (void **)&d) == 0) {
-		KVT_TSAN_ACQUIRE(lc->ring);
-		kvt_desc_finish(d, -ECANCELED);
-	}
+	while (lc->bulk_pos < lc->bulk_n)
+		kvt_desc_finish(lc->bulk[lc->bulk_pos++], -ECANCELED);
+	for (c = 0; c < KVT_PRIO_CLASSES; c++)
+		while (rte_ring_sc_dequeue(lc->ring[c], (void **)&d) == 0) {
+			KVT_TSAN_ACQUIRE(lc->ring[c]);
+			kvt_desc_finish(d, -ECANCELED);
+		}
 	while (lc->defer != NULL) {
 		d = lc->defer;
 		lc->defer = d->next;
@@ -325,11 +529,14 @@ kvt_lcores_stop(void)
 	unsigned int i;
 
 	__atomic_store_n(&e->lcores_running, 0, __ATOMIC_RELEASE);
-	for (i = 0; i < e->nlcores; i++)
+	for (i = 0; i < e->nlcores; i++) {
 		__atomic_store_n(&e->lcores[i].stop, 1, __ATOMIC_RELEASE);
+		if (e->lcores[i].calls != NULL)
+			kvt_lcore_kick(&e->lcores[i]);
+	}
 	for (i = 0; i < e->nlcores; i++) {
 		lc = &e->lcores[i];
-		if (lc->ring == NULL)
+		if (lc->calls == NULL)
 			continue;
 		rte_eal_wait_lcore(lc->id);
 		KVT_TSAN_ACQUIRE(lc);
@@ -345,10 +552,8 @@ kvt_lcores_free(void)
 
 	for (i = 0; i < e->nlcores; i++) {
 		kvt_lcore_ring_detach(&e->lcores[i]);
-		rte_ring_free(e->lcores[i].ring);
-		rte_ring_free(e->lcores[i].calls);
-		e->lcores[i].ring = NULL;
-		e->lcores[i].calls = NULL;
+		wake_close(&e->lcores[i]);
+		rings_free(&e->lcores[i]);
 	}
 }
 
@@ -381,6 +586,7 @@ kvt_port_call(struct kvt_port *port, int (*fn)(struct kvt_port *, void *),
 		free(c);
 		return -ENOBUFS;
 	}
+	kvt_lcore_wake(lc);
 	deadline = kvt_now_us() + (uint64_t)timeout_ms * 1000;
 	while (__atomic_load_n(&c->state, __ATOMIC_ACQUIRE) == CALL_PENDING) {
 		if (kvt_now_us() > deadline &&

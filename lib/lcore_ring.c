@@ -6,7 +6,10 @@
  * calling neither.
  */
 #include <errno.h>
+#include <stdint.h>
+#include <unistd.h>
 
+#include <rte_atomic.h>
 #include <rte_lcore.h>
 
 #include "kvt_private.h"
@@ -38,13 +41,44 @@ kvt_desc_free(struct kvt_desc *d)
 		rte_mempool_put(kvt_eng->pool, d);
 }
 
+void
+kvt_lcore_kick(struct kvt_lcore *lc)
+{
+	uint64_t one = 1;
+
+	if (lc->evfd >= 0 && write(lc->evfd, &one, sizeof(one)) < 0)
+		return;	/* EAGAIN: the counter is full, a wake is due */
+}
+
+/*
+ * The lcore says "sleeping", then looks at its rings once more; we put
+ * work in a ring, then look at "sleeping".  Each side's store comes
+ * before its load (the full barriers), so at least one of the two sees
+ * the other's: either the lcore finds the work, or we find it asleep.
+ * Whoever clears the flag owes the wake, so it is written once.
+ */
+void
+kvt_lcore_wake(struct kvt_lcore *lc)
+{
+	rte_atomic_thread_fence(__ATOMIC_SEQ_CST);
+	if (__atomic_load_n(&lc->sleeping, __ATOMIC_RELAXED) != 0 &&
+	    __atomic_exchange_n(&lc->sleeping, 0, __ATOMIC_ACQ_REL) != 0)
+		kvt_lcore_kick(lc);
+}
+
 unsigned int
 kvt_lcore_enqueue(unsigned int lcore_id, struct kvt_desc **d, unsigned int n)
 {
 	struct kvt_lcore *lc = lcore_by_id[lcore_id];
+	unsigned int took;
 
-	KVT_TSAN_RELEASE(lc->ring);
-	return rte_ring_mp_enqueue_burst(lc->ring, (void **)d, n, NULL);
+	struct rte_ring *r = lc->ring[d[0]->prio];
+
+	KVT_TSAN_RELEASE(r);
+	took = rte_ring_mp_enqueue_burst(r, (void **)d, n, NULL);
+	if (took != 0)
+		kvt_lcore_wake(lc);
+	return took;
 }
 
 int

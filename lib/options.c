@@ -55,8 +55,8 @@ void
 kvt_opts_defaults(struct kvt_opts *o)
 {
 	memset(o, 0, sizeof(*o));
-	o->idle = KVT_IDLE_SLEEP;
-	o->idle_us = 100;
+	o->idle = KVT_IDLE_WAIT;
+	o->idle_us = KVT_WAIT_GRACE_US;
 	o->slice = 64 << 10;
 	o->timeout_ms = 1000;
 	o->descs = 1 << 16;
@@ -217,6 +217,17 @@ kvt_parse_idle(const char *v, enum kvt_idle *idle, uint32_t *us)
 	if (strncmp(v, "sleep:", 6) == 0 &&
 	    parse_u32(v + 6, 1, 1000000, us) == 0) {
 		*idle = KVT_IDLE_SLEEP;
+		return 0;
+	}
+	/* wait[:US]: stay hot US after the last work, then block. */
+	if (strcmp(v, "wait") == 0) {
+		*idle = KVT_IDLE_WAIT;
+		*us = KVT_WAIT_GRACE_US;
+		return 0;
+	}
+	if (strncmp(v, "wait:", 5) == 0 &&
+	    parse_u32(v + 5, 0, 10000000, us) == 0) {
+		*idle = KVT_IDLE_WAIT;
 		return 0;
 	}
 	return -EINVAL;

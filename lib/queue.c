@@ -102,6 +102,7 @@ fill_slice(struct kvt_batch *b, struct kvt_sub *s, struct kvt_desc *d)
 	}
 	d->op = r->x.op == KVT_OP_READ ? KVT_DESC_READ : KVT_DESC_WRITE;
 	d->flags = 0;
+	d->prio = s->prio;
 	if (s->mode == SUB_ORDERED) {
 		/* One port, no choice, and no count of striped bytes in
 		 * flight (the lcore would write it back for each one). */
@@ -133,6 +134,7 @@ sub_desc_init(struct kvt_sub *s, struct kvt_desc *d, uint8_t op)
 	memset(d, 0, sizeof(*d));
 	d->op = op;
 	d->flags = KVT_DF_EMBEDDED;
+	d->prio = s->prio;
 	d->owner = s;
 	d->port = s->port;
 	d->conn = s->peer->conn[s->port];
@@ -237,8 +239,8 @@ pump_sub(struct kvt_batch *b, struct kvt_sub *s)
 	while (s->slices_left > 0) {
 		/* Every port that may carry the next slice is full: the
 		 * rest waits for whichever drains first (kvt_poll,
-		 * kvt_wait). */
-		if (s->mode == SUB_STRIPED &&
+		 * kvt_wait).  Urgent work does not wait behind bulk. */
+		if (s->mode == SUB_STRIPED && s->prio != KVT_PRIO_URGENT &&
 		    kvt_stripe_room(usable_ports(&b->req[s->next_req], s->peer)) == 0)
 			return 0;
 		k = (unsigned int)RTE_MIN(s->slices_left, (uint64_t)KVT_BURST);

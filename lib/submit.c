@@ -186,6 +186,10 @@ check_opts(struct kvt_peer *p, const struct kvt_submit_opts *o,
 	    (o->notify_len > 0 && o->notify == NULL))
 		return KVT_REFUSE(EINVAL, "submit: bad options (flags %#x, notify %u bytes)",
 				  o->flags, o->notify_len);
+	if (o->priority > KVT_PRIO_BULK || o->rsvd != 0)
+		return KVT_REFUSE(EINVAL, "submit: bad priority %u (or reserved field set)",
+				  o->priority);
+	s->prio = (uint8_t)o->priority;
 	if (o->notify_len > 0) {
 		s->flags |= SUB_F_NOTIFY;
 		s->notify_len = o->notify_len;

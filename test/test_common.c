@@ -115,7 +115,7 @@ tc_peer_start_in(struct tc_peer *p, const char *netns, const char *opts)
 	}
 	if (pipe(in) != 0 || pipe(out) != 0)
 		return -errno;
-	snprintf(optbuf, sizeof(optbuf), "--kvt-idle sleep:50 %s%s",
+	snprintf(optbuf, sizeof(optbuf), "%s%s",
 		 netns != NULL ? "" : "--kvt-listen 127.0.0.1:0 ",
 		 opts != NULL ? opts : "");
 	if (netns != NULL) {
@@ -264,7 +264,7 @@ tc_engine_init(const char *opts)
 	int n = 0;
 
 	snprintf(optbuf, sizeof(optbuf),
-		 "--kvt-idle sleep:50 --kvt-listen 127.0.0.1:0 %s",
+		 "--kvt-listen 127.0.0.1:0 %s",
 		 opts != NULL ? opts : "");
 	argv[n++] = (char *)"kvt-test";
 	argv[n++] = (char *)"--";

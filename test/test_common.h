@@ -28,7 +28,7 @@ struct tc_peer {
 
 /*
  * Start kvt-testpeer with kvt options opts (may be NULL) on top of the
- * defaults (sleep idle policy, loopback listener).  @return 0 or -errno.
+ * defaults (the wait idle policy, loopback listener).  @return 0 or -errno.
  */
 int tc_peer_start(struct tc_peer *p, const char *opts);
 /* The same inside network namespace netns (opts must name --kvt-listen). */

@@ -457,9 +457,9 @@ Test(engine, port_call_past_a_full_ring, .timeout = 60)
 		cr_assert_geq((intptr_t)ret, 0, "submit %u: %s", i,
 			      strerror(-(int)(intptr_t)ret));
 	}
-	cr_assert(rte_ring_full(kvt_eng->lcores[0].ring),
+	cr_assert(rte_ring_full(kvt_eng->lcores[0].ring[KVT_PRIO_NORMAL]),
 		  "%u descriptors left room in the lcore's ring",
-		  rte_ring_count(kvt_eng->lcores[0].ring));
+		  rte_ring_count(kvt_eng->lcores[0].ring[KVT_PRIO_NORMAL]));
 	cr_assert_eq(pthread_create(&asker, NULL, call_answer, NULL), 0);
 	usleep(20000);
 	__atomic_store_n(&g.release, 1, __ATOMIC_RELEASE);

@@ -141,6 +141,10 @@ Test(kvfwd, bad_options_one_clear_line, .timeout = 60)
 		{ KVT_OPTS " loopback --frobnicate", "unknown option '--frobnicate'" },
 		{ KVT_OPTS " initiator", "initiator needs --peer" },
 		{ KVT_OPTS " loopback --op read --fence", "--fence goes with --op write" },
+		{ KVT_OPTS " loopback --priority high", "invalid --priority" },
+		{ KVT_OPTS " loopback --mixed=soon", "invalid --mixed" },
+		{ KVT_OPTS " loopback --mixed --verify", "--mixed goes with plain writes" },
+		{ KVT_OPTS " loopback --mixed-every -5", "invalid --mixed-every" },
 		{ "-- --kvt-idle nap loopback", "invalid value 'nap' for --kvt-idle" },
 		{ KVT_OPTS " loopback --total nan", "invalid --total 'nan'" },
 		{ KVT_OPTS " loopback --total 1e30", "invalid --total '1e30'" },
@@ -205,6 +209,23 @@ Test(kvfwd, loopback_verify_threads, .timeout = 120)
 	/* Every block sent was checked where it landed: 64M / 16K. */
 	cr_assert_eq(jint(j, "verify_checked"), 4096);
 	cr_assert_eq(jint(j, "requests"), 4096);
+	json_decref(j);
+}
+
+/* --mixed: a bulk stream and urgent 4 KiB writes at once, each reported;
+ * the bytes of both arrive (every request counted, none failed). */
+Test(kvfwd, mixed_streams, .timeout = 120)
+{
+	char out[16384];
+	json_t *j;
+
+	cr_assert_eq(run(KVT_OPTS " loopback --priority bulk --mixed --block 1M --batch 8 --buffer 64M --total 512M --json",
+			 out, sizeof(out)), 0, "%s", out);
+	j = json_of(out);
+	cr_assert_eq(jint(j, "errors"), 0);
+	cr_assert_eq(jint(j, "requests"), 512);
+	cr_assert_gt(jint(j, "mixed_requests"), 0, "no urgent write ran: %s", out);
+	cr_assert(json_real_value(json_object_get(j, "mixed_p50_us")) > 0);
 	json_decref(j);
 }
 

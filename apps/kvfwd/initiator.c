@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -44,6 +45,9 @@ struct shared {
 	uint64_t bytes_done;	/* atomic, for the progress line */
 	uint64_t blocks_sent;	/* atomic, for the fault */
 	int failed;
+	int streams_done;	/* --mixed: the main stream ended */
+	struct kvt_submit_opts po;	/* --priority */
+	uint64_t mixed_base;	/* --mixed: the small writes' area */
 	/* credits */
 	pthread_mutex_t lock;
 	struct kvfwd_credit *credits;
@@ -107,10 +111,15 @@ wait_timed(struct worker *w, struct kvt_batch *b, unsigned int n, double t0)
 	while (cur < n) {
 		kvt_poll(b);
 		now = kvfwd_now();
-		/* Spin while completions come; otherwise let the lcores have
-		 * the cpu (small boxes run everything on two cores). */
-		if (now - last > 50e-6)
+		/* Spin briefly while completions come, then yield, so an
+		 * lcore pinned to this cpu runs at once when its work wakes
+		 * it (small boxes run everything on two cores); sleep only
+		 * after a long wait: a sleep costs the timer slack (50 us),
+		 * which a latency sample would show. */
+		if (now - last > 2e-3)
 			nanosleep(&nap, NULL);
+		else if (now - last > 20e-6)
+			sched_yield();
 		while (cur < n && (st = kvt_status(b, cur)) != -EINPROGRESS) {
 			last = now;
 			sample(&w->req, (kvfwd_now() - t0) * 1e6);
@@ -192,7 +201,7 @@ submit_list(struct worker *w, struct kvt_batch *b, const uint32_t *order,
 		li[i] = i;
 		ri[i] = (uint32_t)(first + order[next + i]);
 	}
-	return kvt_submit_pages(b, w->sh->peer, &pg, NULL);
+	return kvt_submit_pages(b, w->sh->peer, &pg, &w->sh->po);
 }
 
 /* Plain mode: blocks go to this thread's share of the target buffer. */
@@ -232,7 +241,7 @@ plain_worker(void *arg)
 					.remote = sh->rbase + (first + next + i) * o->block,
 					.len = o->block };
 			t0 = kvfwd_now();
-			ret = kvt_submit(b, sh->peer, x, n, NULL);
+			ret = kvt_submit(b, sh->peer, x, n, &sh->po);
 		}
 		if (ret < 0 || wait_timed(w, b, o->pages ? 1 : n, t0) < 0) {
 			fprintf(stderr, "kvfwd: submit/wait failed\n");
@@ -257,6 +266,85 @@ plain_worker(void *arg)
 	free(ri);
 	free(order);
 	return NULL;
+}
+
+/*
+ * --mixed: 4 KiB writes one at a time, in their own class, to the area
+ * kept for them, while the main stream runs.
+ */
+#define MIXED_AREA (1ull << 20)
+#define MIXED_BLOCK 4096u
+
+/* Wait until us microseconds have passed since t0. */
+static void
+pace(double t0, uint32_t us)
+{
+	double left = t0 + us / 1e6 - kvfwd_now();
+	struct timespec ts = { 0, 0 };
+
+	if (left <= 0)
+		return;
+	ts.tv_nsec = (long)(left * 1e9) % 1000000000L;
+	ts.tv_sec = (time_t)left;
+	nanosleep(&ts, NULL);
+}
+
+static void *
+mixed_worker(void *arg)
+{
+	struct worker *w = arg;
+	struct shared *sh = w->sh;
+	struct kvt_submit_opts so = { .priority = sh->o->mixed_priority };
+	struct kvt_batch *b = kvt_batch_alloc(1);
+	struct kvt_xfer x = { .op = KVT_OP_WRITE, .local = w->src,
+			      .len = MIXED_BLOCK };
+	uint64_t i = 0;
+	double t0;
+
+	while (b != NULL && !sh->failed &&
+	       !__atomic_load_n(&sh->streams_done, __ATOMIC_ACQUIRE)) {
+		x.remote = sh->mixed_base + (i++ % (MIXED_AREA / MIXED_BLOCK)) *
+			MIXED_BLOCK;
+		t0 = kvfwd_now();
+		if (kvt_submit(b, sh->peer, &x, 1, &so) < 0 ||
+		    wait_timed(w, b, 1, t0) < 0 || reuse(b) < 0) {
+			fprintf(stderr, "kvfwd: a mixed-stream write failed\n");
+			sh->failed = 1;
+			break;
+		}
+		w->requests++;
+		pace(t0, sh->o->mixed_every_us);
+	}
+	kvt_batch_free(b);
+	return NULL;
+}
+
+static int
+mixed_start(struct worker *mw)
+{
+	mw->req.v = malloc(MAX_SAMPLES * sizeof(double));
+	mw->batch.v = malloc(MAX_SAMPLES * sizeof(double));
+	mw->src = kvt_mem_alloc(MIXED_BLOCK, "cpu:0");
+	if (mw->req.v == NULL || mw->batch.v == NULL || mw->src == NULL ||
+	    kvt_mem_register(mw->src, MIXED_BLOCK, "cpu:0", 0) == NULL) {
+		fprintf(stderr, "kvfwd: cannot set up the mixed stream\n");
+		return -1;
+	}
+	kvfwd_fill(mw->src, MIXED_BLOCK, 1, 0, 0);
+	return pthread_create(&mw->th, NULL, mixed_worker, mw) == 0 ? 0 : -1;
+}
+
+/* The main stream ended: stop the small writes and keep their samples. */
+static void
+mixed_end(struct shared *sh, struct worker *mw, struct kvfwd_result *res)
+{
+	__atomic_store_n(&sh->streams_done, 1, __ATOMIC_RELEASE);
+	if (mw->th != 0)
+		pthread_join(mw->th, NULL);
+	res->mixed_lat = mw->req.v;
+	res->n_mixed_lat = mw->req.n;
+	res->mixed_requests = mw->requests;
+	free(mw->batch.v);
 }
 
 /* Pull credit messages out of the notifications. */
@@ -329,7 +417,8 @@ submit_fenced(struct shared *sh, struct kvt_batch *b, uint8_t *src,
 			      .remote = sh->rbase + (uint64_t)c->slot * o->block,
 			      .len = o->block };
 	struct kvt_submit_opts so = { .flags = KVT_SUBMIT_FENCE,
-		.fence = { .table = sh->ftable, .slot = c->slot, .room = c->room } };
+		.fence = { .table = sh->ftable, .slot = c->slot, .room = c->room },
+		.priority = o->priority };
 	struct timespec nap = { 0, 5000 };
 	int ret, tries;
 
@@ -600,7 +689,7 @@ int
 kvfwd_initiator(const struct kvfwd_opts *o, struct kvfwd_result *res)
 {
 	struct shared sh = { .o = o, .lock = PTHREAD_MUTEX_INITIALIZER };
-	struct worker *w;
+	struct worker *w, mw = { .sh = &sh };
 	char hello[192], addr[64];
 	unsigned int i;
 	int ret = 0, tty = isatty(1) && !o->json, session;
@@ -611,7 +700,13 @@ kvfwd_initiator(const struct kvfwd_opts *o, struct kvfwd_result *res)
 			rte_strerror(rte_errno));
 		return KVFWD_EXIT_PEER;
 	}
-	if (find_regions(&sh) < 0 || check_sizes(o, &sh) < 0) {
+	sh.po.priority = o->priority;
+	if (find_regions(&sh) == 0 && o->mixed) {
+		/* The small writes' area: the buffer's last MiB. */
+		sh.rlen = sh.rlen > 2 * MIXED_AREA ? sh.rlen - MIXED_AREA : 0;
+		sh.mixed_base = sh.rbase + sh.rlen;
+	}
+	if (sh.rlen == 0 || check_sizes(o, &sh) < 0) {
 		if (sh.rlen == 0)
 			fprintf(stderr, "kvfwd: target %s exports no writable buffer\n",
 				o->peer);
@@ -676,11 +771,15 @@ kvfwd_initiator(const struct kvfwd_opts *o, struct kvfwd_result *res)
 	for (i = 0; i < o->threads; i++)
 		pthread_create(&w[i].th, NULL, o->fence ? fence_worker :
 			       plain_worker, &w[i]);
+	if (o->mixed && mixed_start(&mw) < 0)
+		sh.failed = 1;
 	if (tty)
 		progress(&sh, w);
 	for (i = 0; i < o->threads; i++)
 		pthread_join(w[i].th, NULL);
 	res->secs = kvfwd_now() - sh.t0;
+	if (o->mixed)
+		mixed_end(&sh, &mw, res);
 	if (merge(res, w, o->threads) < 0)
 		ret = KVFWD_EXIT_FAIL;
 	if (session) {

@@ -39,6 +39,10 @@ struct kvfwd_opts {
 	char transport[64];
 	char baseline_to[256];	/* tcp baseline: target addresses */
 	long fault_block;	/* hidden: corrupt this block's source */
+	uint32_t priority;	/* enum kvt_prio of the stream */
+	int mixed;		/* also a stream of 4 KiB writes, one at a time */
+	uint32_t mixed_priority;
+	uint32_t mixed_every_us;
 };
 
 /* What one run measured. */
@@ -51,6 +55,10 @@ struct kvfwd_result {
 	size_t n_req_lat;
 	double *batch_lat;
 	size_t n_batch_lat;
+	/* --mixed: the small writes' own stream */
+	double *mixed_lat;
+	size_t n_mixed_lat;
+	uint64_t mixed_requests;
 	/* verify, reported by the target */
 	uint64_t checked;
 	uint64_t mixed;

@@ -45,6 +45,14 @@ usage(FILE *f)
 "                         --batch pages of --block bytes, scattered over the\n"
 "                         target buffer; latency/req is then per list\n"
 "  --fence                every request carries a fence with a room id\n"
+"  --priority CLASS       urgent, normal or bulk: the class of every\n"
+"                         request (normal)\n"
+"  --mixed[=CLASS]        beside the stream above, one thread writes 4 KiB\n"
+"                         blocks one at a time, of class CLASS (urgent),\n"
+"                         to the last MiB of the target buffer; its latency\n"
+"                         is reported apart (plain writes only)\n"
+"  --mixed-every US       start a small write every US microseconds at most\n"
+"                         (0: back to back)\n"
 "  --verify               check every block at the receiver (implies --fence\n"
 "                         for writes); exit 1 on any mixed or stale block\n"
 "  --baseline             measure the raw copy the transport competes with\n"
@@ -83,6 +91,7 @@ enum {
 	O_PEER = 256, O_OP, O_BLOCK, O_BATCH, O_THREADS, O_TOTAL, O_DURATION,
 	O_SRC, O_DST, O_BUFFER, O_TRANSPORT, O_SLICE, O_NIC, O_FENCE,
 	O_VERIFY, O_BASELINE, O_BASELINE_TO, O_JSON, O_FAULT, O_HELP, O_PAGES,
+	O_PRIORITY, O_MIXED, O_MIXED_EVERY,
 };
 
 static const struct option long_opts[] = {
@@ -105,6 +114,9 @@ static const struct option long_opts[] = {
 	{ "baseline", no_argument, NULL, O_BASELINE },
 	{ "baseline-to", required_argument, NULL, O_BASELINE_TO },
 	{ "json", no_argument, NULL, O_JSON },
+	{ "priority", required_argument, NULL, O_PRIORITY },
+	{ "mixed", optional_argument, NULL, O_MIXED },
+	{ "mixed-every", required_argument, NULL, O_MIXED_EVERY },
 #ifdef KVFWD_FAULT_INJECT
 	/* Test-only (-Dfault_inject=true): damage one block's source. */
 	{ "x-fault-corrupt-block", required_argument, NULL, O_FAULT },
@@ -128,6 +140,21 @@ add_kvt(struct args *a, const char *opt, const char *val)
 	a->kvt[a->n_kvt++] = (char *)opt;
 	a->kvt[a->n_kvt++] = strdup(val);
 	return 0;
+}
+
+static int
+parse_prio(const char *s, uint32_t *out)
+{
+	static const char *const names[] = { [KVT_PRIO_NORMAL] = "normal",
+		[KVT_PRIO_URGENT] = "urgent", [KVT_PRIO_BULK] = "bulk" };
+	uint32_t i;
+
+	for (i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+		if (strcmp(s, names[i]) == 0) {
+			*out = i;
+			return 0;
+		}
+	return -1;
 }
 
 static int
@@ -228,6 +255,23 @@ parse_opts(struct kvfwd_opts *o, struct args *a, int argc, char **argv)
 		case O_JSON:
 			o->json = 1;
 			break;
+		case O_PRIORITY:
+			if (parse_prio(optarg, &o->priority) < 0)
+				return bad("--priority (urgent, normal, bulk)", optarg);
+			break;
+		case O_MIXED_EVERY:
+			v = strtol(optarg, &end, 10);
+			if (*end != '\0' || v < 0 || v > 10000000)
+				return bad("--mixed-every (microseconds)", optarg);
+			o->mixed_every_us = (uint32_t)v;
+			break;
+		case O_MIXED:
+			o->mixed = 1;
+			o->mixed_priority = KVT_PRIO_URGENT;
+			if (optarg != NULL &&
+			    parse_prio(optarg, &o->mixed_priority) < 0)
+				return bad("--mixed (urgent, normal, bulk)", optarg);
+			break;
 		case O_FAULT:
 			o->fault_block = strtol(optarg, NULL, 10);
 			break;
@@ -248,6 +292,10 @@ parse_opts(struct kvfwd_opts *o, struct args *a, int argc, char **argv)
 		o->fence = 1;
 	if (o->pages && o->fence) {
 		fprintf(stderr, "kvfwd: --pages measures plain runs: not with --fence or --verify\n");
+		return -1;
+	}
+	if (o->mixed && (o->fence || o->pages || o->op == KVT_OP_READ)) {
+		fprintf(stderr, "kvfwd: --mixed goes with plain writes (not --fence, --verify, --pages, --op read)\n");
 		return -1;
 	}
 	if (o->fence && o->op == KVT_OP_READ) {
@@ -423,6 +471,7 @@ main(int argc, char **argv)
 	}
 	free(res.req_lat);
 	free(res.batch_lat);
+	free(res.mixed_lat);
 	kvt_fini();
 stop_target:
 	if (target > 0) {

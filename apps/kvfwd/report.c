@@ -152,6 +152,12 @@ report_json(const struct kvfwd_opts *o, const struct kvfwd_result *r,
 		json_array_append_new(ports, p);
 	}
 	json_object_set_new(j, "ports", ports);
+	if (o->mixed) {
+		json_object_set_new(j, "mixed_requests", json_integer((json_int_t)r->mixed_requests));
+		json_object_set_new(j, "mixed_p50_us", json_real(pct(r->mixed_lat, r->n_mixed_lat, 0.5)));
+		json_object_set_new(j, "mixed_p99_us", json_real(pct(r->mixed_lat, r->n_mixed_lat, 0.99)));
+		json_object_set_new(j, "mixed_p999_us", json_real(pct(r->mixed_lat, r->n_mixed_lat, 0.999)));
+	}
 	if (r->verified) {
 		json_object_set_new(j, "verify_checked", json_integer((json_int_t)r->checked));
 		json_object_set_new(j, "verify_mixed", json_integer((json_int_t)r->mixed));
@@ -179,6 +185,8 @@ kvfwd_report(const struct kvfwd_opts *o, struct kvfwd_result *r)
 
 	qsort(r->req_lat, r->n_req_lat, sizeof(double), cmp_double);
 	qsort(r->batch_lat, r->n_batch_lat, sizeof(double), cmp_double);
+	if (r->mixed_lat != NULL)
+		qsort(r->mixed_lat, r->n_mixed_lat, sizeof(double), cmp_double);
 	n = port_rows(r, rows, 64, &total);
 	if (o->json) {
 		report_json(o, r, rows, n, total);
@@ -198,6 +206,11 @@ kvfwd_report(const struct kvfwd_opts *o, struct kvfwd_result *r)
 	       pct(r->batch_lat, r->n_batch_lat, 0.5),
 	       pct(r->batch_lat, r->n_batch_lat, 0.99),
 	       pct(r->batch_lat, r->n_batch_lat, 0.999));
+	if (o->mixed)
+		printf("  mixed 4K/req   p50 %9.1f us   p99 %9.1f us   p999 %9.1f us   (%" PRIu64 " requests)\n",
+		       pct(r->mixed_lat, r->n_mixed_lat, 0.5),
+		       pct(r->mixed_lat, r->n_mixed_lat, 0.99),
+		       pct(r->mixed_lat, r->n_mixed_lat, 0.999), r->mixed_requests);
 	printf("  %-16s %-8s %14s %8s\n", "port", "pmd", "bytes", "share");
 	for (i = 0; i < n; i++) {
 		kvfwd_fmt_bytes(a, sizeof(a), (double)rows[i].bytes);

@@ -59,6 +59,15 @@ null_poll(struct kvt_port *port)
 	return 0;
 }
 
+/* Work comes only from submissions. */
+static uint64_t
+null_idle(struct kvt_port *port, int *fd)
+{
+	RTE_SET_USED(port);
+	*fd = -1;
+	return KVT_IDLE_FOREVER;
+}
+
 static int
 null_mem_register(struct kvt_port *port, struct kvt_lmem *m)
 {
@@ -138,6 +147,7 @@ static const struct kvt_pmd_ops null_ops = {
 	.probe = null_probe,
 	.submit = null_submit,
 	.poll = null_poll,
+	.idle = null_idle,
 	.mem_register = null_mem_register,
 	.mem_export = null_mem_export,
 	.conn_open = null_conn_open,

@@ -319,6 +319,7 @@ static const struct kvt_pmd_ops nv_ops = {
 	.remove = nv_remove,
 	.submit = nv_submit,
 	.poll = nv_poll,
+	.idle = nv_idle,
 	.mem_register = nv_mem_register,
 	.mem_unregister = nv_mem_unregister,
 	.mem_export = nv_mem_export,

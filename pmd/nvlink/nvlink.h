@@ -191,6 +191,7 @@ void nv_rmem_release(struct kvt_conn *c, struct kvt_rmem *rm);
 /* nvlink_xfer.c */
 void nv_submit(struct kvt_port *port, struct kvt_desc **d, unsigned int n);
 unsigned int nv_poll(struct kvt_port *port);
+uint64_t nv_idle(struct kvt_port *port, int *fd);
 void nv_res_stop_all(struct nv_port *np);
 
 #endif /* KVT_NVLINK_H */

@@ -539,6 +539,22 @@ nv_submit(struct kvt_port *port, struct kvt_desc **d, unsigned int n)
 	}
 }
 
+/*
+ * The GPU stores done words itself; the lcore is needed for the
+ * notifications that follow a kernel (polled until they went, as they
+ * come within microseconds) and to stop an idle resident kernel.
+ */
+uint64_t
+nv_idle(struct kvt_port *port, int *fd)
+{
+	const struct nv_port *np = port->priv;
+
+	*fd = -1;
+	if (np->waits != NULL)
+		return 0;
+	return np->nres > 0 ? np->res_idle_us : KVT_IDLE_FOREVER;
+}
+
 /* Notify for submissions whose kernel finished, then say done. */
 unsigned int
 nv_poll(struct kvt_port *port)

@@ -155,6 +155,16 @@ shm_poll(struct kvt_port *port)
 	return 0;
 }
 
+/* Every copy ends inside submit: only a submission gives work (a
+ * peer's writes land without this lcore). */
+static uint64_t
+shm_idle(struct kvt_port *port, int *fd)
+{
+	RTE_SET_USED(port);
+	*fd = -1;
+	return KVT_IDLE_FOREVER;
+}
+
 /* ---- memory ---- */
 
 static int
@@ -315,6 +325,7 @@ static const struct kvt_pmd_ops shm_ops = {
 	.probe = shm_probe,
 	.submit = shm_submit,
 	.poll = shm_poll,
+	.idle = shm_idle,
 	.mem_register = shm_mem_register,
 	.mem_export = shm_mem_export,
 	.conn_open = shm_conn_open,

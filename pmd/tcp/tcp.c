@@ -98,7 +98,8 @@ tcp_probe(const struct kvt_pmd *pmd, const char *args)
 		tp->addr.sin_port = 0;
 		mask = ntohl(((struct sockaddr_in *)i->ifa_netmask)->sin_addr.s_addr);
 		tp->prefix = (uint8_t)__builtin_popcount(mask);
-		tp->conns = (unsigned int)conns;
+		/* One socket more, kept for urgent work (tcp_submit). */
+		tp->conns = (unsigned int)conns + 1;
 		tp->lfd = tp->epfd = -1;
 		pthread_mutex_init(&tp->lock, NULL);
 		snprintf(name, sizeof(name), "tcp:%s", i->ifa_name);
@@ -241,7 +242,7 @@ tcp_remove(struct kvt_port *port)
 }
 
 static const struct kvt_pmd_ops tcp_ops = {
-	.flags = KVT_PMD_F_ONCE,
+	.flags = KVT_PMD_F_ONCE | KVT_PMD_F_SYSCALLS,
 	.rank = 10,
 	.probe = tcp_probe,
 	.start = tcp_start,
@@ -249,6 +250,7 @@ static const struct kvt_pmd_ops tcp_ops = {
 	.remove = tcp_remove,
 	.submit = tcp_submit,
 	.poll = tcp_poll,
+	.idle = tcp_idle,
 	.mem_register = tcp_mem_register,
 	.mem_export = tcp_mem_export,
 	.endpoint = tcp_endpoint,

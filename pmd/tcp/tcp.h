@@ -44,9 +44,13 @@ extern int tcp_logtype;
 
 #define TCP_MAX_PORTS 16
 #define TCP_MAX_SOCKS 4096
+#define TCP_CONN_SOCKS 9	/* per connection: conns=8 data, 1 urgent */
 #define TCP_RESP_RING 256
 #define TCP_MAX_INFLIGHT (16u << 20)	/* bytes sent, not acked, per socket */
 #define TCP_CHUNK (1u << 20)	/* payload bytes per recv/send call */
+/* Bytes one socket moves per poll, each way: then the lcore goes round
+ * (other sockets, urgent work in its rings) before it takes more. */
+#define TCP_POLL_BUDGET (256u << 10)
 #define TCP_HELLO_US (5 * 1000 * 1000)
 #define TCP_REDIAL_US (100 * 1000)	/* one dial attempt */
 #define TCP_BACKOFF_MIN_MS 250u
@@ -84,6 +88,7 @@ struct tcp_sock {
 	uint32_t rb_off, rb_len;
 	struct tcp_hello hello;
 	uint32_t hello_off;
+	int want_out;		/* EPOLLOUT is in its epoll interest */
 	/* target: responses owed, in order */
 	struct tcp_resp resp[TCP_RESP_RING];
 	uint32_t resp_head, resp_tail;
@@ -94,7 +99,7 @@ struct tcp_conn {
 	struct kvt_conn c;	/* first */
 	uint8_t token[16];
 	struct tcp_ep ep;	/* initiator: where to dial */
-	struct tcp_sock *socks[8];
+	struct tcp_sock *socks[TCP_CONN_SOCKS];
 	unsigned int nsocks;
 	unsigned int rr;
 	struct kvt_inbox *inbox;	/* acceptor: notifications to us */
@@ -111,7 +116,7 @@ struct tcp_port {
 	uint8_t prefix;
 	int lfd;
 	int epfd;
-	unsigned int conns;	/* sockets per peer */
+	unsigned int conns;	/* sockets per peer: conns=N data + 1 urgent */
 	struct tcp_sock *socks;	/* every socket of the port */
 	unsigned int nsocks;
 	struct tcp_conn *accepted;	/* token owners */
@@ -149,6 +154,7 @@ int tcp_sock_respond(struct tcp_sock *s);
 /* The port ops (tcp_sock.c, tcp_conn.c). */
 void tcp_submit(struct kvt_port *port, struct kvt_desc **d, unsigned int n);
 unsigned int tcp_poll(struct kvt_port *port);
+uint64_t tcp_idle(struct kvt_port *port, int *fd);
 void tcp_ctl_tick(struct kvt_port *port, uint64_t now);
 int tcp_conn_open(struct kvt_port *port, const struct kvt_peer_info *pi,
 		  const struct kvt_endpoint *eps, unsigned int neps,

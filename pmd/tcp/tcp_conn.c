@@ -194,7 +194,7 @@ tcp_conn_ready(struct kvt_conn *kc, const uint8_t *rep, size_t len)
 			       .version = rte_cpu_to_le_32(TCP_HELLO_VERSION) };
 	uint64_t deadline = kvt_now_us() + dial_budget_us();
 	struct attach_arg a = { .c = c };
-	int fds[8], ret = 0;
+	int fds[TCP_CONN_SOCKS], ret = 0;
 	struct tcp_ep e;
 	unsigned int i;
 

@@ -191,11 +191,12 @@ sock_send(struct kvt_port *port, struct tcp_sock *s)
 	struct tcp_hdr h;
 	struct iovec iov[2];
 	struct kvt_desc *d;
-	uint32_t plen, total;
+	uint32_t plen, total, sent = 0;
 	ssize_t n;
 	int work = 0;
 
-	while ((d = s->txq) != NULL && s->inflight < TCP_MAX_INFLIGHT) {
+	while ((d = s->txq) != NULL && s->inflight < TCP_MAX_INFLIGHT &&
+	       sent < TCP_POLL_BUDGET) {
 		frame_of(d, &h);
 		plen = h.type == F_WRITE || h.type == F_NOTIFY ? h.len : 0;
 		tcp_hdr_to_wire(&h);
@@ -215,6 +216,7 @@ sock_send(struct kvt_port *port, struct tcp_sock *s)
 		if (n < 0)
 			return errno == EAGAIN || errno == EINTR ? work : -errno;
 		work++;
+		sent += (uint32_t)n;
 		s->tx_off += (uint32_t)n;
 		if (s->tx_off < total)
 			continue;
@@ -380,12 +382,12 @@ static int
 sock_recv(struct kvt_port *port, struct tcp_sock *s)
 {
 	unsigned int tok = 0;
-	uint32_t want;
+	uint32_t want, got = 0;
 	uint8_t *dst;
 	ssize_t n;
 	int work = 0, ret;
 
-	for (;;) {
+	for (; got < TCP_POLL_BUDGET; got += (uint32_t)n) {
 		if (s->rb_off < s->rb_len) {
 			ret = consume(port, s);
 			if (ret < 0)
@@ -428,6 +430,7 @@ sock_recv(struct kvt_port *port, struct tcp_sock *s)
 			return errno == EAGAIN || errno == EINTR ? work : -errno;
 		work++;
 	}
+	return work;
 }
 
 static void
@@ -446,6 +449,25 @@ accept_all(struct kvt_port *port)
 
 /* ---- the lcore ---- */
 
+/*
+ * Urgent work goes on the connection's last socket, which nothing else
+ * uses while it has two or more: a large slice in another socket's send
+ * buffer (megabytes, in the kernel) cannot hold it up.  Data slices go
+ * round the other sockets; fences and notifications take the first (the
+ * engine sends them only after the data they follow completed).
+ */
+static struct tcp_sock *
+pick_sock(struct tcp_conn *c, const struct kvt_desc *d)
+{
+	unsigned int n = c->nsocks > 1 ? c->nsocks - 1 : 1;
+
+	if (d->prio == KVT_PRIO_URGENT)
+		return c->socks[c->nsocks - 1];
+	if (d->op == KVT_DESC_WRITE || d->op == KVT_DESC_READ)
+		return c->socks[c->rr++ % n];
+	return c->socks[0];
+}
+
 void
 tcp_submit(struct kvt_port *port, struct kvt_desc **d, unsigned int n)
 {
@@ -459,10 +481,7 @@ tcp_submit(struct kvt_port *port, struct kvt_desc **d, unsigned int n)
 			kvt_desc_complete(port, d[i], -ECONNRESET);
 			continue;
 		}
-		/* Fences and notifications follow the data on one stream;
-		 * data slices go round the connections. */
-		s = c->socks[d[i]->op == KVT_DESC_WRITE || d[i]->op == KVT_DESC_READ ?
-			     c->rr++ % c->nsocks : 0];
+		s = pick_sock(c, d[i]);
 		if (s->txq == NULL)
 			s->since = rte_get_tsc_cycles();
 		d[i]->next = NULL;
@@ -561,3 +580,47 @@ tcp_poll(struct kvt_port *port)
 	return work;
 }
 
+/* Does s wait for room in its socket buffer (not for acks)? */
+static int
+sock_blocked(const struct tcp_sock *s)
+{
+	if (!s->authed)
+		return 0;
+	if (s->server)
+		return s->resp_head != s->resp_tail;
+	return s->txq != NULL && s->inflight < TCP_MAX_INFLIGHT;
+}
+
+/*
+ * The port's epoll set wakes a waiting lcore: frames, answers and new
+ * connections come in on it (EPOLLIN); a socket whose sends blocked asks
+ * for EPOLLOUT until they went.  Work in flight keeps the timers that
+ * sock_stuck() runs.
+ */
+uint64_t
+tcp_idle(struct kvt_port *port, int *fd)
+{
+	struct tcp_port *tp = port->priv;
+	struct epoll_event ev = { 0 };
+	uint64_t us = KVT_IDLE_FOREVER;
+	uint64_t tick_us = (uint64_t)kvt_pmd_env()->timeout_ms * 1000 / 8;
+	struct tcp_sock *s;
+	int out;
+
+	*fd = tp->epfd;
+	for (s = tp->socks; s != NULL; s = s->next) {
+		out = sock_blocked(s);
+		if (out != s->want_out) {
+			ev.events = EPOLLIN | (out ? EPOLLOUT : 0);
+			ev.data.ptr = s;
+			if (epoll_ctl(tp->epfd, EPOLL_CTL_MOD, s->fd, &ev) != 0)
+				return 0;	/* cannot be woken: keep polling */
+			s->want_out = out;
+		}
+		if (!s->authed)
+			us = RTE_MIN(us, (uint64_t)TCP_HELLO_US / 8);
+		else if (s->wq != NULL || s->txq != NULL)
+			us = RTE_MIN(us, RTE_MAX(tick_us, 1000u));
+	}
+	return us;
+}

@@ -9,7 +9,10 @@ Mooncake's wheel importable, its TransferEngine (tcp) runs the same grid
 beside kvt's compat class.
 
     python -m kvt.bench [--transport shm|tcp] [--total 256M] [--kvfwd PATH]
-                        [--mooncake] [--json]
+                        [--mooncake] [--latency] [--idle POLICY] [--json]
+
+--latency measures only the one-at-a-time 4 KiB writes; --idle sets kvt's
+idle policy (default: kvt's own default, the wait policy).
 """
 import argparse
 import json
@@ -20,7 +23,12 @@ import sys
 import time
 
 GRID = [(4096, 128), (65536, 128), (1 << 20, 128), (16 << 20, 16)]
-IDLE = "sleep:100"
+#: --kvt-idle for every kvt engine here; empty: kvt's default.
+IDLE = ""
+
+
+def idle_args():
+    return ["--kvt-idle", IDLE] if IDLE else []
 
 
 def size(text):
@@ -44,7 +52,7 @@ def target_main(transport, buf_len, compat):
         addr = "127.0.0.1:%d" % te.get_rpc_port()
     else:
         import kvt
-        eng = kvt.Engine(["--kvt-pmd", transport, "--kvt-idle", IDLE,
+        eng = kvt.Engine(["--kvt-pmd", transport, *idle_args(),
                           "--kvt-listen", "127.0.0.1:0"])
         eng.register(buf.ctypes.data, buf_len)
         addr = eng.listen_addr
@@ -85,7 +93,7 @@ def native_grid(transport, total, buf_len):
     t, addr, rbase = start_target(transport, buf_len)
     rows = {}
     try:
-        eng = kvt.Engine(["--kvt-pmd", transport, "--kvt-idle", IDLE,
+        eng = kvt.Engine(["--kvt-pmd", transport, *idle_args(),
                           "--kvt-listen", "127.0.0.1:0"])
         src = np.ones(buf_len, dtype=np.uint8)
         eng.register(src.ctypes.data, buf_len, remote="")
@@ -171,7 +179,7 @@ def engine_grid(transport, total, buf_len, mooncake=False):
 
 def kvfwd_grid(kvfwd, transport, total):
     rows = {}
-    base = [kvfwd, "--", "--kvt-pmd", transport, "--kvt-idle", IDLE,
+    base = [kvfwd, "--", "--kvt-pmd", transport, *idle_args(),
             "loopback", "--op", "write", "--json"]
     for block, batch in GRID:
         out = subprocess.run(base + ["--block", str(block), "--batch", str(batch),
@@ -203,8 +211,16 @@ def main(argv=None):
     ap.add_argument("--kvfwd", default=None)
     ap.add_argument("--mooncake", action="store_true",
                     help="also Mooncake's TransferEngine beside kvt's compat class")
+    ap.add_argument("--latency", action="store_true",
+                    help="only one 4 KiB write at a time (no block x batch grid)")
+    ap.add_argument("--idle", default="",
+                    help="kvt's --kvt-idle policy (default: kvt's default)")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args(argv)
+    global IDLE
+    IDLE = a.idle
+    if a.latency:
+        GRID.clear()
     buf_len = 256 << 20
     res = {"native": native_grid(a.transport, a.total, buf_len)}
     kvfwd = find_kvfwd(a.kvfwd)
