@@ -33,6 +33,20 @@ OP_WRITE = _kvt.OP_WRITE
 NOTIFY_MAX = _kvt.NOTIFY_MAX
 
 #: What "remote" may say in Engine.register.
+#: Priority classes of a submission (kvt_submit_opts.priority): urgent
+#: work overtakes normal, normal overtakes bulk, and bulk still moves.
+PRIORITIES = {"normal": _kvt.PRIO_NORMAL, "urgent": _kvt.PRIO_URGENT,
+              "bulk": _kvt.PRIO_BULK}
+
+
+def _flags(allow_overlap, priority):
+    if priority not in PRIORITIES:
+        raise ValueError("priority must be one of %s, not %r"
+                         % (", ".join(PRIORITIES), priority))
+    return ((_kvt.SUBMIT_ALLOW_OVERLAP if allow_overlap else 0) |
+            PRIORITIES[priority] << _kvt.PRIO_SHIFT)
+
+
 _PERMS = {"": 0, "-": 0, "r": _kvt.MEM_REMOTE_READ, "w": _kvt.MEM_REMOTE_WRITE,
           "rw": _kvt.MEM_REMOTE_READ | _kvt.MEM_REMOTE_WRITE,
           "wr": _kvt.MEM_REMOTE_READ | _kvt.MEM_REMOTE_WRITE}
@@ -175,31 +189,32 @@ class Batch(_Child):
         self.used = 0
 
     def _submit(self, op, peer, local, remote, length, fence, notify,
-                allow_overlap):
-        flags = _kvt.SUBMIT_ALLOW_OVERLAP if allow_overlap else 0
+                allow_overlap, priority):
+        flags = _flags(allow_overlap, priority)
         first = _kvt.submit(self._handle(), peer._handle(), op, local, remote,
                             length, flags, _fence_arg(fence), _note_arg(notify))
         self.used = max(self.used, first + 1)
         return first
 
     def write(self, peer, local, remote, length, *, fence=None, notify=None,
-              allow_overlap=False):
+              allow_overlap=False, priority="normal"):
         """Write local -> remote.  Each of local, remote and length is an
         int or an array (all arrays of one length): one submission of that
         many requests.  fence=(table, slot, room) and notify=bytes go after
-        all of them.  Returns the index of the first request."""
+        all of them; priority is "urgent", "normal" or "bulk".  Returns the
+        index of the first request."""
         return self._submit(OP_WRITE, peer, local, remote, length, fence,
-                            notify, allow_overlap)
+                            notify, allow_overlap, priority)
 
     def read(self, peer, local, remote, length, *, fence=None, notify=None,
-             allow_overlap=False):
+             allow_overlap=False, priority="normal"):
         """Read remote -> local; arguments as write()."""
         return self._submit(OP_READ, peer, local, remote, length, fence,
-                            notify, allow_overlap)
+                            notify, allow_overlap, priority)
 
     def _pages(self, op, peer, page_size, local, remote, local_idx,
-               remote_idx, fence, notify, allow_overlap):
-        flags = _kvt.SUBMIT_ALLOW_OVERLAP if allow_overlap else 0
+               remote_idx, fence, notify, allow_overlap, priority):
+        flags = _flags(allow_overlap, priority)
         i = _kvt.submit_pages(self._handle(), peer._handle(), op, page_size,
                               local, remote, local_idx, remote_idx, flags,
                               _fence_arg(fence), _note_arg(notify))
@@ -208,18 +223,20 @@ class Batch(_Child):
 
     def write_pages(self, peer, page_size, local, remote, local_idx,
                     remote_idx, *, fence=None, notify=None,
-                    allow_overlap=False):
+                    allow_overlap=False, priority="normal"):
         """Write pages local + local_idx[k] * page_size to remote +
         remote_idx[k] * page_size (index arrays: uint32 or uint64 numpy
         arrays, array(), lists).  One request, one status."""
         return self._pages(OP_WRITE, peer, page_size, local, remote,
-                           local_idx, remote_idx, fence, notify, allow_overlap)
+                           local_idx, remote_idx, fence, notify, allow_overlap,
+                           priority)
 
     def read_pages(self, peer, page_size, local, remote, local_idx,
                    remote_idx, *, fence=None, notify=None,
-                   allow_overlap=False):
+                   allow_overlap=False, priority="normal"):
         return self._pages(OP_READ, peer, page_size, local, remote,
-                           local_idx, remote_idx, fence, notify, allow_overlap)
+                           local_idx, remote_idx, fence, notify, allow_overlap,
+                           priority)
 
     def write_sync(self, peer, local, remote, length, timeout=10.0):
         """One write, waited for: None once its bytes are placed; OSError

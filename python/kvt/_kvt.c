@@ -623,6 +623,10 @@ add_consts(PyObject *m)
 		PyModule_AddIntConstant(m, "MEM_REMOTE_WRITE", KVT_MEM_REMOTE_WRITE) ||
 		PyModule_AddIntConstant(m, "SUBMIT_ALLOW_OVERLAP",
 					KVT_SUBMIT_ALLOW_OVERLAP) ||
+		PyModule_AddIntConstant(m, "PRIO_NORMAL", KVT_PRIO_NORMAL) ||
+		PyModule_AddIntConstant(m, "PRIO_URGENT", KVT_PRIO_URGENT) ||
+		PyModule_AddIntConstant(m, "PRIO_BULK", KVT_PRIO_BULK) ||
+		PyModule_AddIntConstant(m, "PRIO_SHIFT", PY_PRIO_SHIFT) ||
 		PyModule_AddIntConstant(m, "NOTIFY_MAX", KVT_NOTIFY_MAX);
 }
 

@@ -15,6 +15,9 @@
 #include "kvt.h"
 
 #define H(p) PyLong_FromVoidPtr((void *)(p))
+/* A submission's flags word from Python: KVT_SUBMIT_* below this bit,
+ * the priority class (enum kvt_prio) from it. */
+#define PY_PRIO_SHIFT 16
 
 /*
  * A column of n numbers: a buffer of 8-byte (or, where allowed, 4-byte)

@@ -64,22 +64,26 @@ py_batch_reset(PyObject *self, PyObject *args)
 }
 
 /*
- * The options of a submission: flags, fence (table, slot, room) or None,
- * notification bytes or None.  The notification's buffer is held until
- * the call returns (kvt copies it at submit).
+ * The options of a submission: flags (KVT_SUBMIT_* in the low bits, the
+ * priority class from bit PY_PRIO_SHIFT), fence (table, slot, room) or
+ * None, notification bytes or None.  The notification's buffer is held
+ * until the call returns (kvt copies it at submit).
  */
 static int
 opts_get(PyObject *flags, PyObject *fence, PyObject *note,
 	 struct kvt_submit_opts *o, Py_buffer *nb)
 {
 	unsigned long long table, room;
+	unsigned long v;
 	unsigned int slot;
 
 	memset(o, 0, sizeof(*o));
 	nb->obj = NULL;
-	o->flags = (uint32_t)PyLong_AsUnsignedLong(flags);
+	v = PyLong_AsUnsignedLong(flags);
 	if (PyErr_Occurred())
 		return -1;
+	o->flags = (uint32_t)(v & ((1ul << PY_PRIO_SHIFT) - 1));
+	o->priority = (uint32_t)(v >> PY_PRIO_SHIFT);
 	if (fence != Py_None) {
 		if (!PyArg_ParseTuple(fence, "KIK;fence is (table, slot, room)",
 				      &table, &slot, &room))

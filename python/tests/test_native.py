@@ -372,3 +372,29 @@ b.wait(10); b.check()
 result = all((dst[(63 - k) * 1024:(64 - k) * 1024] == src[k * 1024:(k + 1) * 1024]).all()
              for k in range(64))
 """ % (addr, base, base))
+
+
+@pytest.mark.parametrize("pmds", PMDS, ids=lambda p: p[0])
+def test_priority_classes(nodes, pmds):
+    """Each class carries bytes; an unknown class is refused before
+    anything moves."""
+    t, addr, base, _ = target(nodes, pmds)
+    i = initiator(nodes, pmds)
+    assert i.run("""
+peer = eng.open_peer(%r)
+b = eng.batch(8)
+src[:3 << 20] = rng.integers(0, 256, 3 << 20, dtype=np.uint8)
+for k, prio in enumerate(("bulk", "normal", "urgent")):
+    b.write(peer, src.ctypes.data + (k << 20), %d + (k << 20), 1 << 20,
+            priority=prio)
+b.write_pages(peer, 4096, src.ctypes.data, %d + (3 << 20), [0, 1], [0, 1],
+              priority="urgent")
+b.wait(30); b.check(); b.reset()
+try:
+    b.write(peer, src.ctypes.data, %d, 4096, priority="soon")
+    result = "accepted"
+except ValueError:
+    result = b.used
+""" % (addr, base, base, base)) == 0
+    assert t.run("result = buf[:3 << 20].tobytes().hex()") == \
+        i.run("result = src[:3 << 20].tobytes().hex()")
