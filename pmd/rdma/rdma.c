@@ -130,6 +130,27 @@ gid_find(struct rd_port *rp)
 	return -1;
 }
 
+/* A completion channel, non-blocking, so that a waiting lcore wakes on
+ * completions; NULL (the port is polled) where the device has none. */
+static struct ibv_comp_channel *
+comp_channel(struct ibv_context *ctx, const char *nic)
+{
+	struct ibv_comp_channel *ch = ibv_create_comp_channel(ctx);
+	int fl;
+
+	if (ch == NULL) {
+		RD_LOG(DEBUG, "%s: no completion channel (%s): polled while idle",
+		       nic, strerror(errno));
+		return NULL;
+	}
+	fl = fcntl(ch->fd, F_GETFL);
+	if (fl < 0 || fcntl(ch->fd, F_SETFL, fl | O_NONBLOCK) != 0) {
+		ibv_destroy_comp_channel(ch);
+		return NULL;
+	}
+	return ch;
+}
+
 static int
 port_open(const struct kvt_pmd *pmd, struct ibv_device *d,
 	  const struct kvt_topo_nic *nic, int nic_index, unsigned int ordinal,
@@ -180,7 +201,8 @@ port_open(const struct kvt_pmd *pmd, struct ibv_device *d,
 	rp->nqps = nqps;
 	rp->sq = rte_align32prevpow2(RTE_MIN(sq, rp->dev->max_qp_wr));
 	rp->cq_size = (int)RTE_MIN((uint32_t)RD_CQ_WANT, rp->dev->max_cqe);
-	rp->cq = ibv_create_cq(rp->dev->ctx, rp->cq_size, NULL, NULL, 0);
+	rp->chan = comp_channel(rp->dev->ctx, nic->name);
+	rp->cq = ibv_create_cq(rp->dev->ctx, rp->cq_size, NULL, rp->chan, 0);
 	if (rp->cq == NULL) {
 		RD_LOG(ERR, "%s: cannot create a completion queue of %d entries: %s",
 		       nic->name, rp->cq_size, strerror(errno));
@@ -210,6 +232,8 @@ port_open(const struct kvt_pmd *pmd, struct ibv_device *d,
 destroy_cq:
 	ibv_destroy_cq(rp->cq);
 put_dev:
+	if (rp->chan != NULL)
+		ibv_destroy_comp_channel(rp->chan);
 	dev_put(rp->dev);
 free_port:
 	free(rp);
@@ -330,7 +354,10 @@ rd_remove(struct kvt_port *port)
 {
 	struct rd_port *rp = port->priv;
 
+	/* Every event taken was acknowledged at once (kvt_rdma_idle). */
 	ibv_destroy_cq(rp->cq);
+	if (rp->chan != NULL)
+		ibv_destroy_comp_channel(rp->chan);
 	dev_put(rp->dev);
 	pthread_mutex_destroy(&rp->lock);
 	free(rp);
@@ -616,6 +643,7 @@ static const struct kvt_pmd_ops rd_ops = {
 	.remove = rd_remove,
 	.submit = kvt_rdma_submit,
 	.poll = kvt_rdma_poll,
+	.idle = kvt_rdma_idle,
 	.mem_register = rd_mem_register,
 	.mem_unregister = rd_mem_unregister,
 	.mem_export = rd_mem_export,

@@ -110,6 +110,10 @@ struct rd_dev {
 	struct rd_dev *next;
 };
 
+/* How often a port without a completion channel is polled while its
+ * lcore waits. */
+#define RD_IDLE_POLL_US 100
+
 struct rd_port {
 	struct kvt_port *port;
 	struct rd_dev *dev;
@@ -118,6 +122,9 @@ struct rd_port {
 	unsigned int ordinal;	/* among this engine's rdma ports */
 	struct ibv_cq *cq;
 	int cq_size;
+	/* Completion events wake a waiting lcore (NULL: it polls). */
+	struct ibv_comp_channel *chan;
+	int armed;		/* lcore: the CQ asked for an event */
 	union ibv_gid gid;
 	uint16_t lid;
 	uint8_t mtu;		/* active MTU (enum ibv_mtu) */
@@ -155,6 +162,7 @@ struct rd_conn {
 	/* Lcore: descriptors waiting for send queue room. */
 	struct kvt_desc *backlog;
 	struct kvt_desc *backlog_tail;
+	struct kvt_desc *urgent_tail;	/* the last urgent one, at the head */
 	uint8_t failed;		/* lcore: the peer's loss was acted on */
 	/* The other side. */
 	struct rd_endpoint peer;
@@ -237,6 +245,7 @@ void kvt_rdma_ctl_tick(struct kvt_port *port, uint64_t now_us);
 /* rdma_xfer.c */
 void kvt_rdma_submit(struct kvt_port *port, struct kvt_desc **d, unsigned int n);
 unsigned int kvt_rdma_poll(struct kvt_port *port);
+uint64_t kvt_rdma_idle(struct kvt_port *port, int *fd);
 /* Lcore: post receive buffers i of queue pair q. */
 int kvt_rdma_post_recv(struct rd_conn *c, unsigned int q, unsigned int i);
 /* Lcore: a queue pair failed; fail what it holds, mark conn and NIC. */

@@ -65,6 +65,18 @@ ring_at(const struct rd_conn *c, struct rd_qp *q, uint64_t seq)
 static void
 backlog_push(struct rd_conn *c, struct kvt_desc *d)
 {
+	struct kvt_desc **at;
+
+	/* Urgent work goes ahead of the others, in its own order. */
+	if (d->prio == KVT_PRIO_URGENT) {
+		at = c->urgent_tail != NULL ? &c->urgent_tail->next : &c->backlog;
+		d->next = *at;
+		*at = d;
+		if (d->next == NULL)
+			c->backlog_tail = d;
+		c->urgent_tail = d;
+		return;
+	}
 	d->next = NULL;
 	if (c->backlog_tail != NULL)
 		c->backlog_tail->next = d;
@@ -81,6 +93,8 @@ backlog_pop(struct rd_conn *c)
 	c->backlog = d->next;
 	if (c->backlog == NULL)
 		c->backlog_tail = NULL;
+	if (c->urgent_tail == d)
+		c->urgent_tail = NULL;
 	return d;
 }
 
@@ -209,8 +223,26 @@ note_qp(struct rd_conn *c)
 	return NULL;
 }
 
+/* Urgent work: the live queue pair with room and the fewest requests
+ * posted, so it waits behind as little bulk as the NIC still holds. */
+static struct rd_qp *
+least_loaded_qp(struct rd_conn *c)
+{
+	struct rd_qp *q, *best = NULL;
+	unsigned int i;
+
+	for (i = 0; i < c->nqps; i++) {
+		q = &c->qp[i];
+		if (qp_room(c, q) &&
+		    (best == NULL || q->tail - q->head < best->tail - best->head))
+			best = q;
+	}
+	return best;
+}
+
 /* The queue pair for the next chain: round robin over the live ones
- * with room, or the notification one when a notification is next. */
+ * with room, the notification one when a notification is next, the
+ * least loaded one for urgent work. */
 static struct rd_qp *
 pick_qp(struct rd_conn *c)
 {
@@ -221,6 +253,8 @@ pick_qp(struct rd_conn *c)
 		q = note_qp(c);
 		return q != NULL && qp_room(c, q) ? q : NULL;
 	}
+	if (c->backlog->prio == KVT_PRIO_URGENT)
+		return least_loaded_qp(c);
 	for (i = 0; i < c->nqps; i++) {
 		k = (c->rr + i) % c->nqps;
 		q = &c->qp[k];
@@ -599,4 +633,57 @@ kvt_rdma_poll(struct kvt_port *port)
 		upkeep(rp, now);
 	}
 	return work;
+}
+
+/* Is anything of rp's in flight or waiting (the watchdog and the held
+ * notifications need the upkeep's tick)? */
+static int
+rd_busy(const struct rd_port *rp)
+{
+	const struct rd_conn *c;
+	unsigned int s, qi;
+
+	for (s = 0; s < rp->nslots; s++) {
+		c = rp->slot[s];
+		if (c == NULL)
+			continue;
+		if (c->backlog != NULL)
+			return 1;
+		for (qi = 0; qi < c->nqps; qi++)
+			if (c->qp[qi].head != c->qp[qi].tail || c->qp[qi].held_n != 0)
+				return 1;
+	}
+	return 0;
+}
+
+/*
+ * A waiting lcore wakes on the completion channel.  Arming asks for one
+ * event at the next completion; a completion that came before the arm
+ * raises none, so the first answer after arming is 0: poll once more,
+ * then wait.  An event is taken (and acknowledged) here, on the idle
+ * path, never in poll: a busy port makes no system call.
+ */
+uint64_t
+kvt_rdma_idle(struct kvt_port *port, int *fd)
+{
+	struct rd_port *rp = port->priv;
+	struct ibv_cq *cq;
+	void *ctx;
+
+	*fd = rp->chan != NULL ? rp->chan->fd : -1;
+	if (rp->chan == NULL)
+		return RD_IDLE_POLL_US;
+	if (rp->armed && ibv_get_cq_event(rp->chan, &cq, &ctx) == 0) {
+		ibv_ack_cq_events(cq, 1);
+		rp->armed = 0;
+	}
+	if (!rp->armed) {
+		if (ibv_req_notify_cq(rp->cq, 0) != 0)
+			return RD_IDLE_POLL_US;
+		rp->armed = 1;
+		return 0;
+	}
+	/* The upkeep (watchdog, held notifications, lost peers) ticks every
+	 * millisecond while there is work, and seldom when there is none. */
+	return rd_busy(rp) ? 1000 : 100000;
 }

@@ -8,8 +8,9 @@ set -u
 BUILD=${BUILD:-build}
 K=$BUILD/apps/kvfwd/kvfwd
 PEERBIN=$BUILD/test/kvt-testpeer
-# Emulated CPUs are ~10x slower than hardware: generous timeouts.
-KVT="--kvt-pmd rdma --kvt-idle sleep:50 --kvt-timeout 10000"
+# Emulated CPUs are ~10x slower than hardware: generous timeouts.  The
+# default idle policy: a waiting lcore wakes on its completion channel.
+KVT="--kvt-pmd rdma --kvt-timeout 10000"
 PORT=7471
 W=/tmp/rxe-test
 mkdir -p $W
