@@ -80,6 +80,20 @@ static int submitter_tid;
 static struct kvt_peer *peer;
 static uint8_t src[1 << 16], dst[1 << 22];
 
+/* This engine as its own peer, src its source and dst its target. */
+static void
+self_peer(void)
+{
+	char addr[64];
+
+	cr_assert_not_null(kvt_mem_register(src, sizeof(src), NULL, 0));
+	cr_assert_not_null(kvt_mem_register(dst, sizeof(dst), NULL,
+					    KVT_MEM_REMOTE_WRITE));
+	cr_assert(kvt_listen_addr(addr, sizeof(addr)) > 0);
+	peer = kvt_peer_open(addr, 5000);
+	cr_assert_not_null(peer);
+}
+
 /* Keep submissions coming so the lcore never runs dry; wait by polling
  * (kvt_wait may yield the cpu: a system call, but not kvt_submit's). */
 static void *
@@ -111,7 +125,6 @@ Test(syscall, lcore_makes_none_under_load, .timeout = 60)
 {
 	struct kvt_port_stats a, z;
 	pthread_t th;
-	char addr[64];
 	uint64_t n, sn;
 	int id, tid, fd, sfd;
 
@@ -132,12 +145,7 @@ Test(syscall, lcore_makes_none_under_load, .timeout = 60)
 	usleep(100000);
 	cr_assert_gt(count_read(fd) - n, 50, "the counter saw no syscalls");
 
-	cr_assert_not_null(kvt_mem_register(src, sizeof(src), NULL, 0));
-	cr_assert_not_null(kvt_mem_register(dst, sizeof(dst), NULL,
-					    KVT_MEM_REMOTE_WRITE));
-	cr_assert(kvt_listen_addr(addr, sizeof(addr)) > 0);
-	peer = kvt_peer_open(addr, 5000);
-	cr_assert_not_null(peer);
+	self_peer();
 	/* The wait policy, with a grace long enough that a submitter
 	 * descheduled by a loaded box does not let the lcore block: what
 	 * is measured is that neither side makes a call while it is
@@ -209,7 +217,6 @@ Test(syscall, wait_policy_blocks_and_wakes, .timeout = 60)
 	struct kvt_xfer x = { .op = KVT_OP_WRITE, .local = src, .len = 4096 };
 	struct kvt_batch *b;
 	uint64_t n, c0, c;
-	char addr[64];
 	int id, fd, i;
 
 	id = tracepoint_id();
@@ -219,12 +226,7 @@ Test(syscall, wait_policy_blocks_and_wakes, .timeout = 60)
 	fd = count_open(kvt_lcore_tid(0), id);
 	if (fd < 0)
 		cr_skip_test("perf_event_open refused (%s); run as root", strerror(errno));
-	cr_assert_not_null(kvt_mem_register(src, sizeof(src), NULL, 0));
-	cr_assert_not_null(kvt_mem_register(dst, sizeof(dst), NULL,
-					    KVT_MEM_REMOTE_WRITE));
-	cr_assert(kvt_listen_addr(addr, sizeof(addr)) > 0);
-	peer = kvt_peer_open(addr, 5000);
-	cr_assert_not_null(peer);
+	self_peer();
 	b = kvt_batch_alloc(1);
 	x.remote = (uintptr_t)dst;
 
