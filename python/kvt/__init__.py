@@ -348,8 +348,10 @@ class Engine:
     args: kvt_init's arguments after the program name: EAL arguments, then
     "--", then --kvt-* options.  Without a "--" every argument is kvt's
     (EAL then picks defaults that need no hugepages).  The default idle
-    policy is kvt's own (lcores sleep while idle); worker cpus are claimed
-    so that the engines of several processes on one node do not collide.
+    policy is kvt's own ("wait": an idle lcore blocks until a submission
+    or its transport wakes it, so an idle engine costs no cpu); set_idle()
+    changes it.  Worker cpus are claimed so that the engines of several
+    processes on one node do not collide.
     """
 
     def __init__(self, args=None):
@@ -410,7 +412,7 @@ class Engine:
         return _kvt.name()
 
     def set_idle(self, policy):
-        """spin, pause or sleep:US."""
+        """wait (the default), wait:US, spin, pause or sleep:US."""
         self._check()
         _kvt.set_idle(policy)
 
