@@ -309,3 +309,55 @@ Test(handshake, open_errors, .timeout = 60)
 	close(fd);
 	kvt_fini();
 }
+
+/* One frame of type t with no fields, sent; @return 0 or -errno. */
+static int
+send_bare(int fd, uint16_t t)
+{
+	struct kvt_buf b = { 0 };
+	int ret;
+
+	cr_assert_eq(kvt_wire_begin(&b, t), 0);
+	cr_assert_eq(kvt_wire_end(&b), 0);
+	ret = kvt_wire_send(fd, &b, kvt_now_us() + 1000000);
+	kvt_buf_free(&b);
+	return ret;
+}
+
+/*
+ * An opener sends nothing between its handshake frames and its first
+ * PING, which comes only once its open returned: dialling every path may
+ * take longer than the silence bound (2 x --kvt-timeout).  Until that
+ * PING the session is held to the handshake's bound instead; after it,
+ * silence closes the session again.
+ */
+Test(handshake, opener_not_silent_before_its_first_ping, .timeout = 60)
+{
+	struct kvt_buf b = { 0 };
+	uint8_t id[32] = { 7 };
+	char addr[64];
+	int fd, type;
+
+	cr_assert_geq(tc_engine_init("--kvt-pmd shm --kvt-timeout 200"), 0);
+	cr_assert(kvt_listen_addr(addr, sizeof(addr)) > 0);
+	fd = dial(addr);
+	cr_assert_eq(kvt_wire_begin(&b, KVT_W_HELLO), 0);
+	kvt_wire_put_str(&b, KVT_T_NAME, "slow-opener");
+	kvt_wire_put(&b, KVT_T_HOST_ID, id, sizeof(id));
+	kvt_wire_put_u64(&b, KVT_T_PID, 42);
+	cr_assert_eq(kvt_wire_end(&b), 0);
+	cr_assert_eq(kvt_wire_send(fd, &b, kvt_now_us() + 1000000), 0);
+	type = kvt_wire_recv(fd, &b, KVT_WIRE_MAX, kvt_now_us() + 2000000);
+	cr_assert_eq(type, KVT_W_WELCOME, "no WELCOME: %d", type);
+	/* Twice the silence bound (400 ms) inside the open. */
+	usleep(800000);
+	cr_assert_eq(send_bare(fd, KVT_W_PING), 0);
+	type = kvt_wire_recv(fd, &b, KVT_WIRE_MAX, kvt_now_us() + 2000000);
+	cr_assert_eq(type, KVT_W_PONG,
+		     "the session was closed during the open (%d)", type);
+	/* Pinged once: now silence ends it. */
+	cr_assert(closed_by_server(fd), "a silent session stayed open");
+	close(fd);
+	kvt_buf_free(&b);
+	kvt_fini();
+}
