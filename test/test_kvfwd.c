@@ -74,6 +74,15 @@ json_of(const char *out)
 	return j;
 }
 
+/* kvfwd args must succeed; its --json result, parsed (the caller frees
+ * it; out holds the whole output). */
+static json_t *
+run_json(const char *args, char *out, size_t len)
+{
+	cr_assert_eq(run(args, out, len), 0, "%s", out);
+	return json_of(out);
+}
+
 static long long
 jint(json_t *j, const char *key)
 {
@@ -198,12 +207,10 @@ Test(kvfwd, loopback_write, .timeout = 120)
 Test(kvfwd, loopback_verify_threads, .timeout = 120)
 {
 	char out[16384];
-
 	json_t *j;
 
-	cr_assert_eq(run(KVT_OPTS " loopback --verify --threads 3 --batch 8 --block 16K --buffer 1M --total 64M --json",
-			 out, sizeof(out)), 0, "%s", out);
-	j = json_of(out);
+	j = run_json(KVT_OPTS " loopback --verify --threads 3 --batch 8 --block 16K --buffer 1M --total 64M --json",
+		     out, sizeof(out));
 	cr_assert_eq(jint(j, "verify_mixed"), 0);
 	cr_assert_eq(jint(j, "verify_stale"), 0);
 	/* Every block sent was checked where it landed: 64M / 16K. */
@@ -219,9 +226,8 @@ Test(kvfwd, mixed_streams, .timeout = 120)
 	char out[16384];
 	json_t *j;
 
-	cr_assert_eq(run(KVT_OPTS " loopback --priority bulk --mixed --block 1M --batch 8 --buffer 64M --total 512M --json",
-			 out, sizeof(out)), 0, "%s", out);
-	j = json_of(out);
+	j = run_json(KVT_OPTS " loopback --priority bulk --mixed --block 1M --batch 8 --buffer 64M --total 512M --json",
+		     out, sizeof(out));
 	cr_assert_eq(jint(j, "errors"), 0);
 	cr_assert_eq(jint(j, "requests"), 512);
 	cr_assert_gt(jint(j, "mixed_requests"), 0, "no urgent write ran: %s", out);
