@@ -33,10 +33,10 @@ extern int kvt_logtype;
  * over shm). */
 #define KVT_BULK_STEP 2
 #define KVT_PRIO_CLASSES 3
-/* The wait idle policy: how long an lcore stays hot after its last work
- * (the default of "wait"), and how often it polls a port that cannot
- * wake it (no idle op) while it waits. */
-#define KVT_WAIT_GRACE_US 200
+/* How long an lcore stays hot after its last work before its idle policy
+ * applies ("wait:US" sets it for the wait policy), and how often a
+ * waiting lcore polls a port that cannot wake it (no idle op). */
+#define KVT_IDLE_GRACE_US 200
 #define KVT_WAIT_POLL_US 100
 
 /* ------------------------------------------------------------------ */

@@ -26,8 +26,6 @@
 
 #include "kvt_private.h"
 
-/* Stay hot this long after the last work before the idle policy applies. */
-#define KVT_IDLE_GRACE_US 200
 /* Port calls waiting for one lcore (each caller waits for its own). */
 #define KVT_CALLS 64
 
@@ -290,16 +288,13 @@ idle_wait(struct kvt_lcore *lc, const struct kvt_opts *o)
 	}
 }
 
-/* How long an lcore stays hot after its last work, in TSC cycles. */
+/* How long an lcore stays hot after its last work, in microseconds. */
 static uint64_t
-grace_tsc(const struct kvt_lcore *lc, const struct kvt_opts *o)
+grace_us(const struct kvt_lcore *lc, const struct kvt_opts *o)
 {
-	uint64_t us = KVT_IDLE_GRACE_US;
-
-	if (__atomic_load_n(&o->idle, __ATOMIC_ACQUIRE) == KVT_IDLE_WAIT)
-		us = lc->no_grace ? 0 : __atomic_load_n(&o->idle_us,
-							 __ATOMIC_RELAXED);
-	return rte_get_tsc_hz() / 1000000 * us;
+	if (__atomic_load_n(&o->idle, __ATOMIC_ACQUIRE) != KVT_IDLE_WAIT)
+		return KVT_IDLE_GRACE_US;
+	return lc->no_grace ? 0 : __atomic_load_n(&o->idle_us, __ATOMIC_RELAXED);
 }
 
 static inline unsigned int
@@ -338,6 +333,7 @@ lcore_main(void *arg)
 	struct kvt_lcore *lc = arg;
 	const struct kvt_opts *o = &kvt_eng->o;
 	uint64_t last_work = rte_get_tsc_cycles();
+	const uint64_t tsc_us = rte_get_tsc_hz() / 1000000;
 	struct kvt_desc *urgent[KVT_BURST], *normal[KVT_BURST];
 	struct kvt_port *p;
 	unsigned int nu, nn, i, work;
@@ -384,7 +380,7 @@ lcore_main(void *arg)
 			continue;
 		}
 		lc->idle_loops++;
-		if (rte_get_tsc_cycles() - last_work > grace_tsc(lc, o))
+		if (rte_get_tsc_cycles() - last_work > tsc_us * grace_us(lc, o))
 			idle_wait(lc, o);
 	}
 	__atomic_store_n(&lc->running, 0, __ATOMIC_RELEASE);

@@ -56,7 +56,7 @@ kvt_opts_defaults(struct kvt_opts *o)
 {
 	memset(o, 0, sizeof(*o));
 	o->idle = KVT_IDLE_WAIT;
-	o->idle_us = KVT_WAIT_GRACE_US;
+	o->idle_us = KVT_IDLE_GRACE_US;
 	o->slice = 64 << 10;
 	o->timeout_ms = 1000;
 	o->descs = 1 << 16;
@@ -222,7 +222,7 @@ kvt_parse_idle(const char *v, enum kvt_idle *idle, uint32_t *us)
 	/* wait[:US]: stay hot US after the last work, then block. */
 	if (strcmp(v, "wait") == 0) {
 		*idle = KVT_IDLE_WAIT;
-		*us = KVT_WAIT_GRACE_US;
+		*us = KVT_IDLE_GRACE_US;
 		return 0;
 	}
 	if (strncmp(v, "wait:", 5) == 0 &&
