@@ -247,7 +247,12 @@ kvt_subinfo_req(const struct kvt_subinfo *si, uint32_t i)
 						       (size_t)i * si->stride);
 }
 
-/** One slice of work on a port.  Lives in the engine's mempool. */
+/**
+ * One slice of work on a port.  Lives in the engine's mempool.  The first
+ * cache line holds what the submitting thread writes for a slice; the
+ * second, what the lcore and the PMD write (class, status, links,
+ * scratch): each line crosses between the two cpus once per use.
+ */
 struct kvt_desc {
 	uint8_t op;
 	uint8_t flags;		/**< engine-private */
@@ -258,19 +263,22 @@ struct kvt_desc {
 	const struct kvt_rmem *rm;
 	uint8_t *local;
 	uint64_t remote;	/**< peer address (data, fence word) */
-	uint64_t value;		/**< FENCE: the room id */
-	const void *data;	/**< NOTIFY: payload */
 	void *owner;		/**< engine-private */
-	uint64_t deadline;	/**< engine-private: retry limit (TSC) */
-	struct kvt_desc *next;	/**< free for whoever holds the desc */
-	uint64_t pmd_data[2];	/**< scratch for the PMD */
+	union {
+		uint64_t value;		/**< FENCE, DONE: the word to store */
+		const void *data;	/**< NOTIFY: payload; SUB: kvt_subinfo */
+	};
+	/* Second cache line. */
+	uint8_t prio;		/**< enum kvt_prio of its submission */
 	/** FENCE, NOTIFY: the tail's number among those sent to this peer
 	 *  (from 1; 0: none).  A KVT_PMD_F_ONCE port carries a
 	 *  notification's number, and its target acts on each number once
 	 *  (kvt_conn_tail_take()). */
 	uint32_t seq;
 	int32_t status;		/**< set by kvt_desc_complete() */
-	uint8_t prio;		/**< enum kvt_prio of its submission */
+	uint64_t deadline;	/**< engine-private: retry limit (TSC) */
+	struct kvt_desc *next;	/**< free for whoever holds the desc */
+	uint64_t pmd_data[2];	/**< scratch for the PMD */
 } __rte_cache_aligned;
 
 /**

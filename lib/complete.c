@@ -47,7 +47,7 @@ tail_issue(struct kvt_sub *s, struct kvt_desc *d, unsigned int here)
 		return;
 	}
 	if (!lcores_up() ||
-	    kvt_lcore_enqueue(kvt_eng->ports[port]->lcore, &d, 1) != 1)
+	    kvt_lcore_enqueue(kvt_eng->ports[port]->lcore, d->prio, &d, 1) != 1)
 		tail_done(d, -ENOBUFS);
 }
 
@@ -142,7 +142,7 @@ tail_move(struct kvt_desc *d, int err)
 	d->next = NULL;
 	d->flags = (uint8_t)((d->flags & ((1u << DF_TRIES_SHIFT) - 1)) |
 			     ((tries + 1) << DF_TRIES_SHIFT));
-	return kvt_lcore_enqueue(kvt_eng->ports[to]->lcore, &d, 1) == 1;
+	return kvt_lcore_enqueue(kvt_eng->ports[to]->lcore, d->prio, &d, 1) == 1;
 }
 
 static void
@@ -197,7 +197,7 @@ slice_retry(struct kvt_desc *d, struct kvt_req *r, struct kvt_sub *s)
 	d->conn = s->peer->conn[to];
 	d->flags = (uint8_t)((d->flags & ((1u << DF_TRIES_SHIFT) - 1)) |
 			     ((tries + 1) << DF_TRIES_SHIFT));
-	if (kvt_lcore_enqueue(kvt_eng->ports[to]->lcore, &d, 1) == 1)
+	if (kvt_lcore_enqueue(kvt_eng->ports[to]->lcore, d->prio, &d, 1) == 1)
 		return 1;
 	__atomic_fetch_sub(&kvt_eng->ports[to]->inflight_bytes, d->len,
 			   __ATOMIC_RELAXED);
@@ -304,8 +304,8 @@ static void
 slice_ok(struct kvt_desc *d, struct burst_acc *a, uint64_t now,
 	 struct kvt_desc **fr, unsigned int *nfr)
 {
-	struct kvt_req *r = d->owner;
-	struct kvt_sub *s = r->s;
+	struct kvt_req *r;
+	struct kvt_sub *s;
 	uint32_t len = d->len;
 	unsigned int here = d->port;
 
@@ -321,8 +321,12 @@ slice_ok(struct kvt_desc *d, struct burst_acc *a, uint64_t now,
 		a->rbytes += len;
 	if (!(d->flags & KVT_DF_EMBEDDED))
 		fr[(*nfr)++] = d;
-	if (s->mode == SUB_ORDERED)
+	/* ORDERED: its DONE marker settles the submission; the request's
+	 * cache line stays with the submitter. */
+	if (d->flags & KVT_DF_ORDERED)
 		return;
+	r = d->owner;
+	s = r->s;
 	a->held += len;
 	if (__atomic_add_fetch(&r->settled, len, __ATOMIC_ACQ_REL) == r->x.len &&
 	    __atomic_sub_fetch(&s->pending, 1, __ATOMIC_ACQ_REL) == 0)

@@ -131,6 +131,7 @@ struct kvt_lcore {
 /* Descriptor flags (kvt_desc.flags). */
 #define KVT_DF_EMBEDDED 0x01	/* not from the mempool */
 #define KVT_DF_RETRY 0x02	/* waiting for room at the peer */
+#define KVT_DF_ORDERED 0x04	/* a slice of an ORDERED submission */
 
 /*
  * ThreadSanitizer cannot see that an rte_ring hands what a thread wrote
@@ -180,9 +181,10 @@ struct kvt_port *kvt_port_get(unsigned int id);
 int kvt_lcores_start(void);
 void kvt_lcores_stop(void);
 void kvt_lcores_free(void);
-/* Hand descriptors to their ports' lcores; @return how many were taken. */
-unsigned int kvt_lcore_enqueue(unsigned int lcore_idx, struct kvt_desc **d,
-			       unsigned int n);
+/* Hand descriptors of class prio to their ports' lcore; the lcore writes
+ * the class into each as it takes it.  @return how many were taken. */
+unsigned int kvt_lcore_enqueue(unsigned int lcore_idx, enum kvt_prio prio,
+			       struct kvt_desc **d, unsigned int n);
 /* On an lcore: run d on its next turn (FIFO); -ENOENT off an lcore. */
 int kvt_lcore_defer(struct kvt_desc *d);
 /* After queueing work for lc: wake it if it blocks in the wait policy

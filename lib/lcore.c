@@ -301,11 +301,15 @@ static inline unsigned int
 take(struct kvt_lcore *lc, enum kvt_prio c, struct kvt_desc **d,
      unsigned int max)
 {
-	unsigned int n;
+
+	unsigned int n, i;
 
 	n = rte_ring_sc_dequeue_burst(lc->ring[c], (void **)d, max, NULL);
 	if (n != 0)
 		KVT_TSAN_ACQUIRE(lc->ring[c]);
+	/* The submitter leaves the second line alone (struct kvt_desc). */
+	for (i = 0; i < n; i++)
+		d[i]->prio = (uint8_t)c;
 	return n;
 }
 

@@ -67,12 +67,12 @@ kvt_lcore_wake(struct kvt_lcore *lc)
 }
 
 unsigned int
-kvt_lcore_enqueue(unsigned int lcore_id, struct kvt_desc **d, unsigned int n)
+kvt_lcore_enqueue(unsigned int lcore_id, enum kvt_prio prio,
+		  struct kvt_desc **d, unsigned int n)
 {
 	struct kvt_lcore *lc = lcore_by_id[lcore_id];
+	struct rte_ring *r = lc->ring[prio];
 	unsigned int took;
-
-	struct rte_ring *r = lc->ring[d[0]->prio];
 
 	KVT_TSAN_RELEASE(r);
 	took = rte_ring_mp_enqueue_burst(r, (void **)d, n, NULL);

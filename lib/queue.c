@@ -19,8 +19,9 @@
 #include "batch.h"
 
 static void
-stash_push(struct kvt_batch *b, struct kvt_desc *d)
+stash_push(struct kvt_batch *b, enum kvt_prio prio, struct kvt_desc *d)
 {
+	d->prio = (uint8_t)prio;
 	d->next = NULL;
 	if (b->stash_tail != NULL)
 		b->stash_tail->next = d;
@@ -36,7 +37,7 @@ stash_flush(struct kvt_batch *b)
 	struct kvt_desc *d;
 
 	while ((d = b->stash) != NULL) {
-		if (kvt_lcore_enqueue(kvt_eng->ports[d->port]->lcore, &d, 1) != 1)
+		if (kvt_lcore_enqueue(kvt_eng->ports[d->port]->lcore, d->prio, &d, 1) != 1)
 			return 0;
 		b->stash = d->next;
 		if (b->stash == NULL)
@@ -45,9 +46,11 @@ stash_flush(struct kvt_batch *b)
 	return 1;
 }
 
-/* Queue n descriptors, per lcore; what a ring refuses goes to the stash. */
+/* Queue n descriptors of class prio, per lcore; what a ring refuses goes
+ * to the stash. */
 static int
-enqueue(struct kvt_batch *b, struct kvt_desc **d, unsigned int n)
+enqueue(struct kvt_batch *b, enum kvt_prio prio, struct kvt_desc **d,
+	unsigned int n)
 {
 	struct kvt_desc *grp[KVT_BURST];
 	uint8_t taken[KVT_BURST] = { 0 };
@@ -58,9 +61,9 @@ enqueue(struct kvt_batch *b, struct kvt_desc **d, unsigned int n)
 	for (i = 1; i < n && kvt_eng->ports[d[i]->port]->lcore == lc; i++)
 		;
 	if (i == n) {
-		k = kvt_lcore_enqueue(lc, d, n);
+		k = kvt_lcore_enqueue(lc, prio, d, n);
 		for (; k < n; k++)
-			stash_push(b, d[k]);
+			stash_push(b, prio, d[k]);
 		return b->stash == NULL;
 	}
 	for (i = 0; i < n; i++) {
@@ -73,9 +76,9 @@ enqueue(struct kvt_batch *b, struct kvt_desc **d, unsigned int n)
 				taken[j] = 1;
 			}
 		}
-		k = kvt_lcore_enqueue(lc, grp, g);
+		k = kvt_lcore_enqueue(lc, prio, grp, g);
 		for (; k < g; k++)
-			stash_push(b, grp[k]);
+			stash_push(b, prio, grp[k]);
 	}
 	return b->stash == NULL;
 }
@@ -100,16 +103,19 @@ fill_slice(struct kvt_batch *b, struct kvt_sub *s, struct kvt_desc *d)
 		d->local = r->x.local + s->next_off;
 		d->remote = r->x.remote + s->next_off;
 	}
+	/* Only the descriptor's first cache line is written here: the
+	 * lcore writes the class as it takes it from the class's ring. */
 	d->op = r->x.op == KVT_OP_READ ? KVT_DESC_READ : KVT_DESC_WRITE;
-	d->flags = 0;
-	d->prio = s->prio;
 	if (s->mode == SUB_ORDERED) {
 		/* One port, no choice, and no count of striped bytes in
-		 * flight (the lcore would write it back for each one). */
+		 * flight (the lcore would write it back for each one); the
+		 * lcore settles it without reading its request. */
+		d->flags = KVT_DF_ORDERED;
 		d->port = s->port;
 	} else {
 		uint32_t mask = usable_ports(r, s->peer), room;
 
+		d->flags = 0;
 		room = (mask & (mask - 1)) != 0 ? kvt_stripe_room(mask) : mask;
 		d->port = (uint16_t)kvt_stripe_pick(room != 0 ? room : mask,
 						    len, b->seq++);
@@ -234,7 +240,7 @@ pump_sub(struct kvt_batch *b, struct kvt_sub *s)
 			return 1;
 		s->tails_queued = 1;
 		d[0] = &s->whole;
-		return enqueue(b, d, 1);
+		return enqueue(b, s->prio, d, 1);
 	}
 	while (s->slices_left > 0) {
 		/* Every port that may carry the next slice is full: the
@@ -252,7 +258,7 @@ pump_sub(struct kvt_batch *b, struct kvt_sub *s)
 		for (i = 0; i < k; i++)
 			fill_slice(b, s, d[i]);
 		s->slices_left -= k;
-		if (!enqueue(b, d, k))
+		if (!enqueue(b, s->prio, d, k))
 			return 0;
 	}
 	if (s->mode == SUB_ORDERED && !s->tails_queued) {
@@ -263,7 +269,7 @@ pump_sub(struct kvt_batch *b, struct kvt_sub *s)
 		if (s->flags & SUB_F_NOTIFY)
 			d[k++] = &s->tail[TAIL_NOTIFY];
 		d[k++] = &s->tail[TAIL_DONE];
-		return enqueue(b, d, k);
+		return enqueue(b, s->prio, d, k);
 	}
 	return 1;
 }
