@@ -460,6 +460,77 @@ Test(nvlink, idle_engine_holds_no_kernel, .timeout = 120)
 #endif
 }
 
+/*
+ * Priority classes reach the GPU: an urgent 4 KiB write submitted behind
+ * 2 GiB of bulk page lists (gather kernels, queued on their stream at
+ * once) on the same GPU pair lands while the bulk is still copying: it
+ * has a stream of its own, of the highest priority.  With one stream for
+ * every class it would land after all of them.
+ */
+Test(nvlink, urgent_passes_bulk_on_the_gpu, .timeout = 120)
+{
+	need_gpus(1);
+#ifdef KVT_HAVE_CUDA
+	struct kvt_submit_opts bo = { .flags = KVT_SUBMIT_ALLOW_OVERLAP,
+				      .priority = KVT_PRIO_BULK };
+	struct kvt_submit_opts uo = { .priority = KVT_PRIO_URGENT };
+	const uint32_t npg = 65536, nsub = 8;
+	const uint64_t span = (uint64_t)npg * 4096, len = span + 4096;
+	struct kvt_batch *bb, *ub;
+	struct kvt_pages pg;
+	struct kvt_xfer ux;
+	struct tc_peer t;
+	struct kvt_peer *p;
+	uint32_t *idx, i;
+	uint8_t *local;
+	uint64_t remote, t0, us;
+	int left;
+
+	cr_assert_geq(tc_engine_init("--kvt-pmd nvlink"), 0);
+	cr_assert_eq(tc_peer_start(&t, "--kvt-pmd nvlink"), 0);
+	local = kvt_mem_alloc(len, "cuda:0");
+	cr_assert_not_null(local, "cuda:0 alloc: %s", rte_strerror(rte_errno));
+	cr_assert_not_null(kvt_mem_register(local, len, "cuda:0", 0));
+	remote = tc_peer_u64(&t, 0, "calloc 0 %" PRIu64 " rw 0", len);
+	p = kvt_peer_open(t.addr, 10000);
+	cr_assert_not_null(p, "open: %s", rte_strerror(rte_errno));
+	cr_assert_eq(tc_cuda_fill(local + span, 4096, 77), 0);
+	idx = malloc(npg * sizeof(*idx));
+	cr_assert_not_null(idx);
+	for (i = 0; i < npg; i++)
+		idx[i] = (i * 7919u) % npg;	/* scattered */
+	pg = (struct kvt_pages){ .op = KVT_OP_WRITE, .n = npg, .page_size = 4096,
+				 .local = local, .remote = remote,
+				 .local_idx = idx, .remote_idx = idx };
+	bb = kvt_batch_alloc(nsub);
+	ub = kvt_batch_alloc(1);
+	ux = (struct kvt_xfer){ .op = KVT_OP_WRITE, .local = local + span,
+				.remote = remote + span, .len = 4096 };
+	for (i = 0; i < nsub; i++)
+		cr_assert_geq(kvt_submit_pages(bb, p, &pg, &bo), 0);
+	t0 = tc_now_us();
+	cr_assert_eq(kvt_submit(ub, p, &ux, 1, &uo), 0);
+	cr_assert_eq(kvt_wait(ub, 10000000), 0);
+	us = tc_now_us() - t0;
+	left = kvt_poll(bb);
+	cr_log_info("urgent 4 KiB behind %u bulk page lists of %" PRIu64 " MiB: %" PRIu64 " us, %d still in flight",
+		    nsub, span >> 20, us, left);
+	cr_assert_eq(kvt_status(ub, 0), 0);
+	cr_assert_gt(left, 0, "the urgent write settled after every bulk page list (%" PRIu64 " us)",
+		     us);
+	cr_assert_eq(peer_sum(&t, span, 4096), tc_cuda_hash(local + span, 4096));
+	cr_assert_eq(kvt_wait(bb, 60000000), 0);
+	for (i = 0; i < nsub; i++)
+		cr_assert_eq(kvt_status(bb, i), 0);
+	free(idx);
+	kvt_batch_free(bb);
+	kvt_batch_free(ub);
+	kvt_peer_close(p);
+	tc_peer_stop(&t);
+	kvt_fini();
+#endif
+}
+
 #ifdef KVT_HAVE_CUDA
 /* kvfwd --verify GPU0 -> GPU1 with batch requests per submission: at
  * least 100 000 rounds checked where they landed, none mixed or stale. */
