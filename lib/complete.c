@@ -262,7 +262,7 @@ settle_one(struct kvt_desc *d, int err)
 void
 kvt_desc_finish(struct kvt_desc *d, int err)
 {
-	if (d->op == KVT_DESC_SUB) {
+	if (d->op == KVT_DESC_SUB || d->op == KVT_DESC_CUT) {
 		if (err != 0)
 			set_err(&((struct kvt_sub *)d->owner)->err, err);
 		return;

@@ -119,9 +119,12 @@ struct kvt_lcore {
 	int tid;		/* thread id, for tests and tracing */
 	uint32_t stop;
 	uint32_t running;
-	/* Bulk descriptors taken from their ring, not handed out yet. */
-	struct kvt_desc *bulk[KVT_BURST];
-	unsigned int bulk_pos, bulk_n;
+	/* Per class: descriptors taken from its ring, not handed out yet
+	 * (a submission being cut into slices holds the rest behind it). */
+	struct kvt_held {
+		struct kvt_desc *d[KVT_BURST];
+		unsigned int pos, n;
+	} held[KVT_PRIO_CLASSES];
 	struct kvt_desc *defer;	/* tail ops to run next iteration, FIFO */
 	struct kvt_desc *defer_tail;
 	uint64_t loops;
@@ -132,6 +135,19 @@ struct kvt_lcore {
 #define KVT_DF_EMBEDDED 0x01	/* not from the mempool */
 #define KVT_DF_RETRY 0x02	/* waiting for room at the peer */
 #define KVT_DF_ORDERED 0x04	/* a slice of an ORDERED submission */
+
+/*
+ * Engine-private descriptor op, never handed to a PMD: an ORDERED
+ * submission whose slices its lcore cuts from the request array itself
+ * (kvt_sub_cut()), so slice descriptors never leave the lcore's cache.
+ */
+#define KVT_DESC_CUT 0x40
+
+/* Lcore: cut up to max slices of the submission behind cut into d
+ * (descriptors from the engine's pool); @return how many, 0 when none
+ * are left or the pool is empty; *fin: none left. */
+unsigned int kvt_sub_cut(struct kvt_desc *cut, struct kvt_desc **d,
+			 unsigned int max, int *fin);
 
 /*
  * ThreadSanitizer cannot see that an rte_ring hands what a thread wrote

@@ -301,7 +301,6 @@ static inline unsigned int
 take(struct kvt_lcore *lc, enum kvt_prio c, struct kvt_desc **d,
      unsigned int max)
 {
-
 	unsigned int n, i;
 
 	n = rte_ring_sc_dequeue_burst(lc->ring[c], (void **)d, max, NULL);
@@ -313,22 +312,83 @@ take(struct kvt_lcore *lc, enum kvt_prio c, struct kvt_desc **d,
 	return n;
 }
 
-/* Hand out held bulk descriptors, a step at a time, until urgent work
- * comes; @return how many went. */
+/* Cut the next slices of a held ORDERED submission and hand them out;
+ * @return how many went, and 1 in *fin once it is all cut. */
 static unsigned int
-run_bulk(struct kvt_lcore *lc)
+run_cut(struct kvt_desc *cut, unsigned int max, int *fin)
 {
-	unsigned int n, done = 0;
+	struct kvt_desc *d[KVT_BURST];
+	unsigned int n;
 
-	while (lc->bulk_pos < lc->bulk_n) {
-		n = RTE_MIN(lc->bulk_n - lc->bulk_pos, (unsigned int)KVT_BULK_STEP);
-		dispatch(&lc->bulk[lc->bulk_pos], n);
-		lc->bulk_pos += n;
-		done += n;
-		if (!rte_ring_empty(lc->ring[KVT_PRIO_URGENT]))
+	n = kvt_sub_cut(cut, d, RTE_MIN(max, (unsigned int)KVT_BURST), fin);
+	if (n != 0)
+		dispatch(d, n);
+	return n;
+}
+
+/*
+ * Hand out class c's held descriptors, step at a time, at most budget a
+ * turn; bulk stops as soon as urgent work comes.  A submission being cut
+ * keeps its place, and what was taken behind it waits: its fence and done
+ * marker follow its slices.  @return how many went.
+ */
+static unsigned int
+serve(struct kvt_lcore *lc, enum kvt_prio c, unsigned int step,
+      unsigned int budget)
+{
+	struct kvt_held *h = &lc->held[c];
+	unsigned int done = 0, n, j;
+	int fin;
+
+	while (h->pos < h->n && done < budget) {
+		if (h->d[h->pos]->op == KVT_DESC_CUT) {
+			n = run_cut(h->d[h->pos], RTE_MIN(step, budget - done),
+				    &fin);
+			done += n;
+			if (fin)
+				h->pos++;
+			else if (n == 0)
+				break;	/* the pool is empty: next turn */
+		} else {
+			for (j = h->pos + 1; j < h->n && j - h->pos < step &&
+			     h->d[j]->op != KVT_DESC_CUT; j++)
+				;
+			dispatch(&h->d[h->pos], j - h->pos);
+			done += j - h->pos;
+			h->pos = j;
+		}
+		if (c == KVT_PRIO_BULK &&
+		    !rte_ring_empty(lc->ring[KVT_PRIO_URGENT]))
 			break;
 	}
 	return done;
+}
+
+/* Refill each class's held descriptors from its ring once they went. */
+static void
+take_all(struct kvt_lcore *lc)
+{
+	struct kvt_held *h;
+	unsigned int c;
+
+	for (c = 0; c < KVT_PRIO_CLASSES; c++) {
+		h = &lc->held[c];
+		if (h->pos == h->n) {
+			h->n = take(lc, (enum kvt_prio)c, h->d, KVT_BURST);
+			h->pos = 0;
+		}
+	}
+}
+
+static int
+held_pending(const struct kvt_lcore *lc)
+{
+	unsigned int c;
+
+	for (c = 0; c < KVT_PRIO_CLASSES; c++)
+		if (lc->held[c].pos < lc->held[c].n)
+			return 1;
+	return 0;
 }
 
 static int
@@ -338,9 +398,8 @@ lcore_main(void *arg)
 	const struct kvt_opts *o = &kvt_eng->o;
 	uint64_t last_work = rte_get_tsc_cycles();
 	const uint64_t tsc_us = rte_get_tsc_hz() / 1000000;
-	struct kvt_desc *urgent[KVT_BURST], *normal[KVT_BURST];
 	struct kvt_port *p;
-	unsigned int nu, nn, i, work;
+	unsigned int i, work;
 
 	__atomic_store_n(&lc->tid, (int)syscall(SYS_gettid), __ATOMIC_RELEASE);
 	/* A bounded sleep ends when asked, not up to 50 us later. */
@@ -350,22 +409,15 @@ lcore_main(void *arg)
 	while (!__atomic_load_n(&lc->stop, __ATOMIC_ACQUIRE)) {
 		/* Urgent first, then normal, then bulk, which yields to
 		 * urgent work every few descriptors: each class is served
-		 * every turn, so none starves, and urgent work never waits
-		 * behind more than a few bulk slices. */
-		nu = take(lc, KVT_PRIO_URGENT, urgent, KVT_BURST);
-		nn = take(lc, KVT_PRIO_NORMAL, normal, KVT_BURST);
-		if (lc->bulk_pos == lc->bulk_n) {
-			lc->bulk_n = take(lc, KVT_PRIO_BULK, lc->bulk, KVT_BURST);
-			lc->bulk_pos = 0;
-		}
+		 * every turn, a burst at most, so none starves, and urgent
+		 * work never waits behind more than a few bulk slices. */
+		take_all(lc);
 		/* A call queued before those descriptors runs before them
 		 * (a connection attached before its first slice). */
 		work = rte_ring_empty(lc->calls) ? 0 : run_calls(lc);
-		if (nu != 0)
-			dispatch(urgent, nu);
-		if (nn != 0)
-			dispatch(normal, nn);
-		work += nu + nn + run_bulk(lc);
+		work += serve(lc, KVT_PRIO_URGENT, KVT_BURST, KVT_BURST);
+		work += serve(lc, KVT_PRIO_NORMAL, KVT_BURST, KVT_BURST);
+		work += serve(lc, KVT_PRIO_BULK, KVT_BULK_STEP, KVT_BURST);
 		if (lc->defer != NULL)
 			work += run_deferred(lc);
 		for (i = 0; i < lc->nports; i++) {
@@ -379,7 +431,7 @@ lcore_main(void *arg)
 			}
 		}
 		__atomic_store_n(&lc->loops, lc->loops + 1, __ATOMIC_RELAXED);
-		if (work != 0) {
+		if (work != 0 || held_pending(lc)) {
 			last_work = rte_get_tsc_cycles();
 			continue;
 		}
@@ -443,7 +495,7 @@ lcore_setup(struct kvt_lcore *lc)
 		goto free_rings;
 	}
 	lc->sleeping = 0;
-	lc->bulk_pos = lc->bulk_n = 0;
+	memset(lc->held, 0, sizeof(lc->held));
 	lc->evfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 	lc->epfd = epoll_create1(EPOLL_CLOEXEC);
 	if (lc->evfd < 0 || lc->epfd < 0 ||
@@ -498,13 +550,17 @@ kvt_lcores_start(void)
 static void
 drain_ring(struct kvt_lcore *lc)
 {
+	struct kvt_held *h;
 	struct kvt_desc *d;
 	unsigned int c;
 
 	while (run_calls(lc) != 0)
 		;
-	while (lc->bulk_pos < lc->bulk_n)
-		kvt_desc_finish(lc->bulk[lc->bulk_pos++], -ECANCELED);
+	for (c = 0; c < KVT_PRIO_CLASSES; c++) {
+		h = &lc->held[c];
+		while (h->pos < h->n)
+			kvt_desc_finish(h->d[h->pos++], -ECANCELED);
+	}
 	for (c = 0; c < KVT_PRIO_CLASSES; c++)
 		while (rte_ring_sc_dequeue(lc->ring[c], (void **)&d) == 0) {
 			KVT_TSAN_ACQUIRE(lc->ring[c]);

@@ -220,6 +220,11 @@ kvt_sub_prepare(struct kvt_sub *s, const struct kvt_submit_opts *o)
 		d->len = s->notify_len;
 		d->seq = tail_seq(s->peer);
 	}
+	if (s->mode == SUB_ORDERED && s->slices_left > 0) {
+		/* Its lcore cuts the slices (kvt_sub_cut()). */
+		d = &s->whole;
+		sub_desc_init(s, d, KVT_DESC_CUT);
+	}
 	if (s->mode == SUB_ORDERED) {
 		d = tail_init(s, TAIL_DONE, KVT_DESC_DONE);
 		d->remote = (uintptr_t)&s->done;
@@ -242,6 +247,22 @@ pump_sub(struct kvt_batch *b, struct kvt_sub *s)
 		d[0] = &s->whole;
 		return enqueue(b, s->prio, d, 1);
 	}
+	if (s->mode == SUB_ORDERED) {
+		/* One descriptor for the data, which the lcore cuts, then
+		 * the tails right behind it on the same ring. */
+		if (s->tails_queued)
+			return 1;
+		s->tails_queued = 1;
+		k = 0;
+		if (s->slices_left > 0)
+			d[k++] = &s->whole;
+		if (s->flags & SUB_F_FENCE)
+			d[k++] = &s->tail[TAIL_FENCE];
+		if (s->flags & SUB_F_NOTIFY)
+			d[k++] = &s->tail[TAIL_NOTIFY];
+		d[k++] = &s->tail[TAIL_DONE];
+		return enqueue(b, s->prio, d, k);
+	}
 	while (s->slices_left > 0) {
 		/* Every port that may carry the next slice is full: the
 		 * rest waits for whichever drains first (kvt_poll,
@@ -261,17 +282,29 @@ pump_sub(struct kvt_batch *b, struct kvt_sub *s)
 		if (!enqueue(b, s->prio, d, k))
 			return 0;
 	}
-	if (s->mode == SUB_ORDERED && !s->tails_queued) {
-		s->tails_queued = 1;
-		k = 0;
-		if (s->flags & SUB_F_FENCE)
-			d[k++] = &s->tail[TAIL_FENCE];
-		if (s->flags & SUB_F_NOTIFY)
-			d[k++] = &s->tail[TAIL_NOTIFY];
-		d[k++] = &s->tail[TAIL_DONE];
-		return enqueue(b, s->prio, d, k);
-	}
 	return 1;
+}
+
+unsigned int
+kvt_sub_cut(struct kvt_desc *cut, struct kvt_desc **d, unsigned int max,
+	    int *fin)
+{
+	struct kvt_sub *s = cut->owner;
+	unsigned int k, i;
+
+	k = (unsigned int)RTE_MIN(s->slices_left, (uint64_t)max);
+	if (k != 0 && rte_mempool_get_bulk(kvt_eng->pool, (void **)d, k) != 0) {
+		k = 1;
+		if (rte_mempool_get_bulk(kvt_eng->pool, (void **)d, 1) != 0)
+			k = 0;
+	}
+	for (i = 0; i < k; i++) {
+		fill_slice(s->b, s, d[i]);
+		d[i]->prio = cut->prio;
+	}
+	s->slices_left -= k;
+	*fin = s->slices_left == 0;
+	return k;
 }
 
 void
