@@ -4,14 +4,17 @@
  *   submit.c    validation, overlap claims, the page-list arena (the
  *               application thread, kvt_submit());
  *   queue.c     slicing, striping and queueing to the lcores (any
- *               thread that drives the batch: submit, poll, wait);
+ *               thread that drives the batch: submit, poll, wait; an
+ *               ORDERED submission's slices on its lcore);
  *   complete.c  completion, retries and tails (the lcores);
  *   batch.c     poll, wait, status and the batch's life cycle.
  *
  * A submission is either
  *  - ORDERED: every slice goes to one port whose PMD executes a
- *    connection's descriptors in order; the fence, the notification and a
- *    DONE marker are queued right behind the data on that port, so the
+ *    connection's descriptors in order.  The submitter queues one
+ *    KVT_DESC_CUT descriptor for the data, and the port's lcore cuts the
+ *    slices from the request array (kvt_sub_cut()); the fence, the
+ *    notification and a DONE marker are queued right behind it, so the
  *    channel itself orders data before fence (same CUDA stream, same
  *    shm lcore).  Completion is the DONE word the port writes.
  *  - WHOLE: one port takes the whole submission as one descriptor and
