@@ -63,35 +63,20 @@ lane_free(struct nv_lane *l)
 	free(l);
 }
 
-/* A lane's stream: the device's highest priority for urgent lanes, the
- * default (lowest) otherwise. */
-static cudaError_t
-lane_stream(struct nv_lane *l, int cls)
-{
-	int least, greatest;
-
-	if (cls == NV_LANE_URGENT &&
-	    cudaDeviceGetStreamPriorityRange(&least, &greatest) == cudaSuccess)
-		return cudaStreamCreateWithPriority(&l->st, cudaStreamNonBlocking,
-						    greatest);
-	return cudaStreamCreateWithFlags(&l->st, cudaStreamNonBlocking);
-}
-
 static struct nv_lane *
-lane_new(int dev, int cls)
+lane_new(int dev)
 {
 	struct nv_lane *l = calloc(1, sizeof(*l));
 
 	if (l == NULL)
 		return NULL;
 	l->dev = dev;
-	l->ring_n = cls == NV_LANE_URGENT ? NV_RING_URGENT : NV_RING;
 	cudaSetDevice(dev);
-	if (lane_stream(l, cls) != cudaSuccess ||
+	if (cudaStreamCreateWithFlags(&l->st, cudaStreamNonBlocking) != cudaSuccess ||
 	    cudaEventCreateWithFlags(&l->join, cudaEventDisableTiming) != cudaSuccess ||
-	    cudaHostAlloc((void **)&l->ring, l->ring_n * sizeof(*l->ring),
+	    cudaHostAlloc((void **)&l->ring, NV_RING * sizeof(*l->ring),
 			  cudaHostAllocPortable) != cudaSuccess ||
-	    cudaMalloc((void **)&l->dring, l->ring_n * sizeof(*l->dring)) !=
+	    cudaMalloc((void **)&l->dring, NV_RING * sizeof(*l->dring)) !=
 	    cudaSuccess ||
 	    cudaHostAlloc((void **)&l->progress, 64,
 			  cudaHostAllocMapped | cudaHostAllocPortable) != cudaSuccess ||
@@ -171,23 +156,19 @@ static int
 nv_start(struct kvt_port *port)
 {
 	struct nv_port *np = port->priv;
-	int c, s, d, old = nv_dev_save();
-	struct nv_lane *l;
+	int s, d, old = nv_dev_save();
 
-	for (c = 0; c < NV_LANE_CLASSES; c++)
-		for (s = 0; s < nv_sys.ndev; s++) {
-			if (np->dev >= 0 && s != np->dev)
-				continue;
-			for (d = 0; d < nv_sys.ndev; d++) {
-				l = lane_new(s, c);
-				if (l == NULL) {
-					cudaSetDevice(old);
-					return -ENOMEM;
-				}
-				np->lane[c][s][d] = l;
-				np->all[np->nall++] = l;
+	for (s = 0; s < nv_sys.ndev; s++) {
+		if (np->dev >= 0 && s != np->dev)
+			continue;
+		for (d = 0; d < nv_sys.ndev; d++) {
+			np->lane[s][d] = lane_new(s);
+			if (np->lane[s][d] == NULL) {
+				cudaSetDevice(old);
+				return -ENOMEM;
 			}
 		}
+	}
 	cudaSetDevice(old);
 	np->res_idle = rte_get_tsc_hz() / 1000000 * np->res_idle_us;
 	np->scratch_cap = 65536;
@@ -200,14 +181,16 @@ nv_stop(struct kvt_port *port)
 {
 	struct nv_port *np = port->priv;
 	struct nv_wait *w;
-	unsigned int i;
+	int s, d;
 
 	/* Finish what the GPU has, then settle what waits on it. */
 	nv_res_stop_all(np);
-	for (i = 0; i < np->nall; i++) {
-		cudaSetDevice(np->all[i]->dev);
-		cudaStreamSynchronize(np->all[i]->st);
-	}
+	for (s = 0; s < NV_MAX_DEV; s++)
+		for (d = 0; d < NV_MAX_DEV; d++)
+			if (np->lane[s][d] != NULL) {
+				cudaSetDevice(s);
+				cudaStreamSynchronize(np->lane[s][d]->st);
+			}
 	while ((w = np->waits) != NULL) {
 		const struct kvt_subinfo *si = w->d->data;
 
@@ -223,10 +206,11 @@ nv_remove(struct kvt_port *port)
 {
 	struct nv_port *np = port->priv;
 	struct nv_wait *w;
-	unsigned int i;
+	int s, d;
 
-	for (i = 0; i < np->nall; i++)
-		lane_free(np->all[i]);
+	for (s = 0; s < NV_MAX_DEV; s++)
+		for (d = 0; d < NV_MAX_DEV; d++)
+			lane_free(np->lane[s][d]);
 	while ((w = np->free_waits) != NULL) {
 		np->free_waits = w->next;
 		free(w);

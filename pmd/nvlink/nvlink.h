@@ -24,7 +24,6 @@ extern int nv_logtype;
 
 #define NV_MAX_DEV 16
 #define NV_RING 262144		/* gather tasks per lane */
-#define NV_RING_URGENT 16384	/* the same on an urgent lane */
 #define NV_TICKETS 1024		/* launches in flight per lane */
 #define NV_CE_MIN (4u << 20)	/* requests this large use copy engines */
 #define NV_DEFAULT_SMS 16
@@ -122,19 +121,10 @@ struct nv_rmem {
 	struct kvt_map host;
 };
 
-/*
- * Ports and lanes: one stream per (local GPU, remote GPU) and class.
- * Urgent submissions take lanes of their own, on streams of the device's
- * highest priority: no stream order puts them behind bulk copies, and
- * their kernels' blocks are scheduled before those of other streams.
- * Normal and bulk share the default lanes (the lcore already serves
- * normal first).
- */
-enum { NV_LANE_DEFAULT, NV_LANE_URGENT, NV_LANE_CLASSES };
+/* Ports and lanes: one stream per (local GPU, remote GPU). */
 
 struct nv_lane {
 	cudaStream_t st;
-	uint32_t ring_n;	/* gather tasks in ring and dring */
 	cudaEvent_t join;	/* other lanes wait on it */
 	int dev;		/* runs on */
 	struct kvt_nv_task *ring;	/* pinned host: filled by the lcore */
@@ -163,9 +153,7 @@ struct nv_wait {
 struct nv_port {
 	int dev;		/* -1: all devices */
 	unsigned int blocks;	/* gather grid: SM budget x blocks per SM */
-	struct nv_lane *lane[NV_LANE_CLASSES][NV_MAX_DEV][NV_MAX_DEV];
-	struct nv_lane *all[NV_LANE_CLASSES * NV_MAX_DEV * NV_MAX_DEV];
-	unsigned int nall;	/* lanes made, in all[] */
+	struct nv_lane *lane[NV_MAX_DEV][NV_MAX_DEV];
 	struct nv_wait *waits;
 	struct nv_wait *free_waits;
 	struct kvt_nv_task *scratch;	/* tasks of one submission */

@@ -47,9 +47,9 @@ ring_take(struct nv_lane *l, uint32_t n)
 	uint64_t until = rte_get_tsc_cycles() + rte_get_tsc_hz() * 5;
 	uint64_t start = l->head;
 
-	if ((start % l->ring_n) + n > l->ring_n)
-		start += l->ring_n - start % l->ring_n;
-	while (start + n - ring_tail(l) > l->ring_n ||
+	if ((start % NV_RING) + n > NV_RING)
+		start += NV_RING - start % NV_RING;
+	while (start + n - ring_tail(l) > NV_RING ||
 	       l->ticket + 1 - __atomic_load_n(l->progress, __ATOMIC_ACQUIRE) >=
 	       NV_TICKETS) {
 		if (rte_get_tsc_cycles() > until)
@@ -57,7 +57,7 @@ ring_take(struct nv_lane *l, uint32_t n)
 		rte_pause();
 	}
 	l->head = start + n;
-	return &l->ring[start % l->ring_n];
+	return &l->ring[start % NV_RING];
 }
 
 /*
@@ -133,22 +133,12 @@ res_stop(struct nv_port *np, struct nv_lane *l)
 void
 nv_res_stop_all(struct nv_port *np)
 {
-	unsigned int i;
+	int s, d;
 
-	for (i = 0; i < np->nall && np->nres > 0; i++)
-		res_stop(np, np->all[i]);
-}
-
-/* On the lcore: wait for everything queued on the port's streams. */
-static void
-lanes_sync(struct nv_port *np)
-{
-	unsigned int i;
-
-	for (i = 0; i < np->nall; i++) {
-		use_dev(np->all[i]->dev);
-		cudaStreamSynchronize(np->all[i]->st);
-	}
+	for (s = 0; s < NV_MAX_DEV && np->nres > 0; s++)
+		for (d = 0; d < NV_MAX_DEV; d++)
+			if (np->lane[s][d] != NULL)
+				res_stop(np, np->lane[s][d]);
 }
 
 /* Resident kernels idle for res_idle return. */
@@ -157,13 +147,15 @@ res_reap(struct nv_port *np)
 {
 	uint64_t now = rte_get_tsc_cycles();
 	struct nv_lane *l;
-	unsigned int i;
+	int s, d;
 
-	for (i = 0; i < np->nall; i++) {
-		l = np->all[i];
-		if (l->resident && now - l->last_cmd > np->res_idle)
-			res_stop(np, l);
-	}
+	for (s = 0; s < nv_sys.ndev; s++)
+		for (d = 0; d < nv_sys.ndev; d++) {
+			l = np->lane[s][d];
+			if (l != NULL && l->resident &&
+			    now - l->last_cmd > np->res_idle)
+				res_stop(np, l);
+		}
 }
 
 /*
@@ -211,15 +203,8 @@ struct nv_plan {
 	int resident;		/* for the primary lane's resident kernel */
 };
 
-/* The lanes a submission of class prio uses. */
 static int
-lane_class(enum kvt_prio prio)
-{
-	return prio == KVT_PRIO_URGENT ? NV_LANE_URGENT : NV_LANE_DEFAULT;
-}
-
-static int
-lane_of(struct nv_port *np, const struct kvt_xreq *x, int port_id, int cls,
+lane_of(struct nv_port *np, const struct kvt_xreq *x, int port_id,
 	struct nv_lane **out)
 {
 	const struct nv_rmem *r = x->rm->key[port_id];
@@ -229,7 +214,7 @@ lane_of(struct nv_port *np, const struct kvt_xreq *x, int port_id, int cls,
 		return -EHOSTUNREACH;
 	if (np->dev >= 0 && local != np->dev)
 		return -EHOSTUNREACH;
-	*out = np->lane[cls][local][r->dev];
+	*out = np->lane[local][r->dev];
 	return *out != NULL ? 0 : -EHOSTUNREACH;
 }
 
@@ -316,8 +301,7 @@ copy_pages(struct nv_port *np, const struct nv_plan *plan, struct nv_lane *l,
  */
 static int
 issue_copies(struct nv_port *np, struct kvt_port *port,
-	     const struct kvt_subinfo *si, int cls, struct nv_plan *plan,
-	     uint32_t *ntask)
+	     const struct kvt_subinfo *si, struct nv_plan *plan, uint32_t *ntask)
 {
 	const struct kvt_xreq *x;
 	const struct nv_rmem *r;
@@ -330,7 +314,7 @@ issue_copies(struct nv_port *np, struct kvt_port *port,
 	*ntask = 0;
 	for (i = 0; i < si->n; i++) {
 		x = kvt_subinfo_req(si, i);
-		ret = lane_of(np, x, port->id, cls, &l);
+		ret = lane_of(np, x, port->id, &l);
 		if (ret == 0 && l != last)
 			ret = plan_add(np, plan, l, si->cuda_event);
 		if (ret < 0)
@@ -358,7 +342,7 @@ issue_copies(struct nv_port *np, struct kvt_port *port,
 	if (plan->primary == NULL) {
 		/* Only a fence or a notification: any lane will do. */
 		i = np->dev >= 0 ? (uint32_t)np->dev : 0;
-		return plan_add(np, plan, np->lane[cls][i][i], si->cuda_event);
+		return plan_add(np, plan, np->lane[i][i], si->cuda_event);
 	}
 	return 0;
 }
@@ -375,7 +359,7 @@ launch(struct nv_port *np, struct nv_lane *l, uint32_t ntask,
 
 	use_dev(l->dev);
 	do {
-		n = RTE_MIN(ntask - off, l->ring_n / 2);
+		n = RTE_MIN(ntask - off, (uint32_t)NV_RING / 2);
 		/* A few tasks ride in the launch; more are copied to the
 		 * device first (one copy-engine transfer, not a PCIe read
 		 * per task). */
@@ -451,10 +435,16 @@ static void
 sub_fail(struct nv_port *np, struct kvt_desc *d, int err)
 {
 	const struct kvt_subinfo *si = d->data;
+	int s, t;
 
 	/* Let what was queued finish before saying done. */
 	nv_res_stop_all(np);
-	lanes_sync(np);
+	for (s = 0; s < NV_MAX_DEV; s++)
+		for (t = 0; t < NV_MAX_DEV; t++)
+			if (np->lane[s][t] != NULL) {
+				use_dev(s);
+				cudaStreamSynchronize(np->lane[s][t]->st);
+			}
 	cudaGetLastError();
 	kvt_subinfo_fail(si, err);
 	__atomic_store_n(si->done, 1, __ATOMIC_RELEASE);
@@ -476,7 +466,7 @@ issue_sub(struct kvt_port *port, struct kvt_desc *d)
 		sub_fail(np, d, -ECONNRESET);
 		return;
 	}
-	ret = issue_copies(np, port, si, lane_class(d->prio), &plan, &ntask);
+	ret = issue_copies(np, port, si, &plan, &ntask);
 	if (ret < 0) {
 		sub_fail(np, d, ret);
 		return;
