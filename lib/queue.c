@@ -104,7 +104,7 @@ fill_slice(struct kvt_batch *b, struct kvt_sub *s, struct kvt_desc *d)
 		d->remote = r->x.remote + s->next_off;
 	}
 	/* Only the descriptor's first cache line is written here: the
-	 * lcore writes the class as it takes it from the class's ring. */
+	 * class is the lcore's to write (take(), kvt_sub_cut()). */
 	d->op = r->x.op == KVT_OP_READ ? KVT_DESC_READ : KVT_DESC_WRITE;
 	if (s->mode == SUB_ORDERED) {
 		/* One port, no choice, and no count of striped bytes in
@@ -233,6 +233,16 @@ kvt_sub_prepare(struct kvt_sub *s, const struct kvt_submit_opts *o)
 	}
 }
 
+/* Up to k descriptors from the engine's pool, one if k are not there;
+ * @return how many. */
+static unsigned int
+desc_get(struct kvt_desc **d, unsigned int k)
+{
+	if (k == 0 || rte_mempool_get_bulk(kvt_eng->pool, (void **)d, k) == 0)
+		return k;
+	return rte_mempool_get_bulk(kvt_eng->pool, (void **)d, 1) == 0 ? 1 : 0;
+}
+
 /* @return 1 when the submission is fully queued. */
 static int
 pump_sub(struct kvt_batch *b, struct kvt_sub *s)
@@ -270,12 +280,10 @@ pump_sub(struct kvt_batch *b, struct kvt_sub *s)
 		if (s->mode == SUB_STRIPED && s->prio != KVT_PRIO_URGENT &&
 		    kvt_stripe_room(usable_ports(&b->req[s->next_req], s->peer)) == 0)
 			return 0;
-		k = (unsigned int)RTE_MIN(s->slices_left, (uint64_t)KVT_BURST);
-		if (rte_mempool_get_bulk(kvt_eng->pool, (void **)d, k) != 0) {
-			k = 1;
-			if (rte_mempool_get_bulk(kvt_eng->pool, (void **)d, 1) != 0)
-				return 0;
-		}
+		k = desc_get(d, (unsigned int)RTE_MIN(s->slices_left,
+						      (uint64_t)KVT_BURST));
+		if (k == 0)
+			return 0;
 		for (i = 0; i < k; i++)
 			fill_slice(b, s, d[i]);
 		s->slices_left -= k;
@@ -292,12 +300,7 @@ kvt_sub_cut(struct kvt_desc *cut, struct kvt_desc **d, unsigned int max,
 	struct kvt_sub *s = cut->owner;
 	unsigned int k, i;
 
-	k = (unsigned int)RTE_MIN(s->slices_left, (uint64_t)max);
-	if (k != 0 && rte_mempool_get_bulk(kvt_eng->pool, (void **)d, k) != 0) {
-		k = 1;
-		if (rte_mempool_get_bulk(kvt_eng->pool, (void **)d, 1) != 0)
-			k = 0;
-	}
+	k = desc_get(d, (unsigned int)RTE_MIN(s->slices_left, (uint64_t)max));
 	for (i = 0; i < k; i++) {
 		fill_slice(s->b, s, d[i]);
 		d[i]->prio = cut->prio;
