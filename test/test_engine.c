@@ -475,3 +475,53 @@ Test(engine, port_call_past_a_full_ring, .timeout = 60)
 	kvt_peer_close(p);
 	cr_assert_eq(kvt_fini(), 0);
 }
+
+/*
+ * An ordered port's submission reaches its lcore as one descriptor for
+ * the data and its done marker behind it, whatever its size: the lcore
+ * cuts the slices itself, so a submission 64 times the descriptor pool
+ * neither fills the ring nor waits for the submitter to slice it, and
+ * every request completes.
+ */
+Test(engine, lcore_cuts_an_ordered_submission, .timeout = 60)
+{
+	const unsigned int n = 65536;
+	static uint8_t src[4096], dst[64 * 65536];
+	struct call_gate g = { 0, 0 };
+	struct kvt_submit_opts o = { .flags = KVT_SUBMIT_ALLOW_OVERLAP };
+	struct kvt_xfer *x = calloc(n, sizeof(*x));
+	struct kvt_batch *b;
+	struct kvt_peer *p;
+	pthread_t holder;
+	void *ret;
+	unsigned int i, queued;
+
+	cr_assert_not_null(x);
+	cr_assert_geq(tc_engine_init("--kvt-pmd null --kvt-descs 1024"), 0);
+	cr_assert_not_null(kvt_mem_register(src, sizeof(src), NULL, 0));
+	cr_assert_not_null(kvt_mem_register(dst, sizeof(dst), NULL,
+					    KVT_MEM_REMOTE_WRITE));
+	p = self_peer();
+	for (i = 0; i < n; i++)
+		x[i] = (struct kvt_xfer){ .op = KVT_OP_WRITE, .local = src,
+			.remote = (uintptr_t)dst + (uint64_t)i * 64, .len = 64 };
+	/* The lcore is held, so what the submission queued stays queued. */
+	cr_assert_eq(pthread_create(&holder, NULL, call_holder, &g), 0);
+	while (!__atomic_load_n(&g.entered, __ATOMIC_ACQUIRE))
+		usleep(100);
+	b = kvt_batch_alloc(n);
+	cr_assert_eq(kvt_submit(b, p, x, n, &o), 0);
+	queued = rte_ring_count(kvt_eng->lcores[0].ring[KVT_PRIO_NORMAL]);
+	__atomic_store_n(&g.release, 1, __ATOMIC_RELEASE);
+	cr_assert_eq(pthread_join(holder, &ret), 0);
+	cr_assert_eq((intptr_t)ret, 0);
+	cr_assert_eq(queued, 2, "%u requests put %u descriptors on the ring",
+		     n, queued);
+	cr_assert_eq(kvt_wait(b, 20 * 1000 * 1000), 0);
+	for (i = 0; i < n; i++)
+		cr_assert_eq(kvt_status(b, i), 0, "request %u", i);
+	kvt_batch_free(b);
+	free(x);
+	kvt_peer_close(p);
+	cr_assert_eq(kvt_fini(), 0);
+}
