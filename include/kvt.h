@@ -372,8 +372,12 @@ int kvt_submit_pages(struct kvt_batch *batch, struct kvt_peer *peer,
 		     const struct kvt_submit_opts *opts);
 
 /**
- * Make progress and count the requests not yet settled.  Reads completion
- * words only; it neither locks nor makes a system call.
+ * Make progress and count the requests not yet settled.  It neither locks
+ * nor makes a system call, and costs what settled since the last call,
+ * not what is pending: a submission that settles behind a pending one is
+ * finished (its overlap claims released) at the next call.  A submission
+ * whose done word a GPU stores itself (nvlink) is finished in submission
+ * order.
  *
  * @return the number of pending requests (0: all settled), or -EINVAL.
  */

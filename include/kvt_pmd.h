@@ -265,7 +265,7 @@ struct kvt_desc {
 	uint64_t remote;	/**< peer address (data, fence word) */
 	void *owner;		/**< engine-private */
 	union {
-		uint64_t value;		/**< FENCE, DONE: the word to store */
+		uint64_t value;		/**< FENCE: the word to store */
 		const void *data;	/**< NOTIFY: payload; SUB: kvt_subinfo */
 	};
 	/* Second cache line. */

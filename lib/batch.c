@@ -39,6 +39,13 @@ finish(struct kvt_batch *b, struct kvt_sub *s)
 	} else {
 		__atomic_fetch_add(&s->peer->st.errors, 1, __ATOMIC_RELAXED);
 	}
+	b->open_reqs -= s->n;
+	/* Its requests the lcores counted as they settled (a cancelled one
+	 * was not counted). */
+	if (s->mode == SUB_STRIPED && s->flags == 0)
+		b->reaped_reqs += s->n -
+			__atomic_load_n(&s->pending, __ATOMIC_ACQUIRE);
+	b->nfinished++;
 	s->finished = 1;
 }
 
@@ -48,7 +55,42 @@ sub_done(const struct kvt_sub *s)
 	return __atomic_load_n(&s->done, __ATOMIC_ACQUIRE) != 0;
 }
 
-/* Finish the settled prefix; @return 1 when every submission is. */
+/* Finish what the lcores pushed on the settled stack since the last
+ * look; one pushed but whose done word is not stored yet is looked at
+ * again next time. */
+static void
+reap_settled_stack(struct kvt_batch *b)
+{
+	struct kvt_sub *s, *next, *wait = NULL;
+
+	if (__atomic_load_n(&b->settled, __ATOMIC_RELAXED) == NULL &&
+	    b->unsettled == NULL)
+		return;
+	s = __atomic_exchange_n(&b->settled, NULL, __ATOMIC_ACQUIRE);
+	for (; s != NULL || b->unsettled != NULL; s = next) {
+		if (s == NULL) {
+			s = b->unsettled;
+			b->unsettled = NULL;
+		}
+		next = s->settled_next;
+		b->looked_at++;
+		if (s->finished)
+			continue;
+		if (sub_done(s)) {
+			finish(b, s);
+		} else {
+			s->settled_next = wait;
+			wait = s;
+		}
+	}
+	b->unsettled = wait;
+}
+
+/*
+ * Finish what settled since the last call: the settled prefix in order
+ * (done words a device stored included), then what the lcores pushed.
+ * @return 1 when every submission is finished.
+ */
 static int
 reap(struct kvt_batch *b)
 {
@@ -56,35 +98,42 @@ reap(struct kvt_batch *b)
 
 	while (b->reap < b->nsubs) {
 		s = sub_at(b, b->reap);
-		if (!sub_done(s))
-			return 0;
+		b->looked_at++;
+		if (!s->finished && !sub_done(s))
+			break;
 		finish(b, s);
 		b->reap++;
 	}
-	return 1;
+	if (b->reap < b->nsubs)
+		reap_settled_stack(b);
+	return b->nfinished == b->nsubs;
+}
+
+/* Requests not settled: those of unfinished submissions, less those of
+ * striped ones without tails that the lcores counted as settled. */
+static uint64_t
+pending_reqs(const struct kvt_batch *b)
+{
+	return b->open_reqs -
+		(__atomic_load_n(&b->settled_reqs, __ATOMIC_RELAXED) -
+		 b->reaped_reqs);
 }
 
 int
 kvt_poll(struct kvt_batch *b)
 {
-	struct kvt_sub *s;
-	unsigned int i, pending = 0;
-
 	if (!batch_ok(b))
 		return -EINVAL;
 	kvt_batch_pump(b);
 	if (reap(b))
 		return 0;
-	for (i = b->reap; i < b->nsubs; i++) {
-		s = sub_at(b, i);
-		if (sub_done(s))
-			finish(b, s);
-		else if (s->mode == SUB_STRIPED && s->flags == 0)
-			pending += __atomic_load_n(&s->pending, __ATOMIC_ACQUIRE);
-		else
-			pending += s->n;
-	}
-	return (int)pending;
+	return (int)pending_reqs(b);
+}
+
+uint64_t
+kvt_batch_looked_at(const struct kvt_batch *b)
+{
+	return b->looked_at;
 }
 
 int
@@ -160,9 +209,12 @@ kvt_batch_alloc(unsigned int max_xfers)
 		rte_errno = EINVAL;
 		return NULL;
 	}
-	b = calloc(1, sizeof(*b));
+	/* Its lcore-written line must not share a line with the rest. */
+	b = aligned_alloc(RTE_CACHE_LINE_SIZE,
+			  RTE_ALIGN_CEIL(sizeof(*b), RTE_CACHE_LINE_SIZE));
 	if (b == NULL)
 		goto nomem;
+	memset(b, 0, sizeof(*b));
 	b->req = calloc(max_xfers, sizeof(*b->req));
 	b->ranges = calloc(max_xfers, sizeof(*b->ranges));
 	b->ranges_tmp = calloc(max_xfers, sizeof(*b->ranges_tmp));
@@ -281,17 +333,11 @@ reap_settled(struct kvt_batch *b)
 {
 	uint64_t hz = rte_get_tsc_hz(), t0 = rte_get_tsc_cycles();
 	uint64_t deadline = t0 + hz / 1000 * kvt_eng->o.timeout_ms;
-	const struct kvt_sub *s;
-	uint32_t i;
 
 	if (reap(b))
 		return 1;
-	for (i = b->reap; i < b->nsubs; i++) {
-		s = sub_at(b, i);
-		if (!sub_done(s) && (s->mode != SUB_STRIPED || s->flags != 0 ||
-				     __atomic_load_n(&s->pending, __ATOMIC_ACQUIRE) != 0))
-			return 0;
-	}
+	if (pending_reqs(b) != 0)
+		return 0;
 	/* An lcore descheduled at that moment delays the store: yield to
 	 * it after a short spin. */
 	while (!reap(b)) {
@@ -320,8 +366,15 @@ kvt_batch_reset(struct kvt_batch *b)
 	b->used = 0;
 	b->nsubs = 0;
 	b->reap = 0;
+	b->nfinished = 0;
 	b->pump = 0;
 	b->nclaims = 0;
+	/* Every done word was seen, so every push before it is done. */
+	__atomic_store_n(&b->settled, NULL, __ATOMIC_RELAXED);
+	b->unsettled = NULL;
+	b->open_reqs = 0;
+	__atomic_store_n(&b->settled_reqs, 0, __ATOMIC_RELAXED);
+	b->reaped_reqs = 0;
 	kvt_arena_reset(b);
 	return 0;
 }

@@ -29,6 +29,16 @@
  * Completion words live in batch memory: lcores store them with release
  * semantics, kvt_poll() reads them with acquire loads.  Submit and poll
  * never lock and never make a system call.
+ *
+ * kvt_poll() costs what completed since its last call, not what is
+ * pending: it finishes the settled prefix of the submissions in order,
+ * and an lcore that settles a submission pushes it on the batch's settled
+ * stack (before its done word: once the application has seen every done
+ * word, no push is left to come), so one that settles behind a pending
+ * one is found there.  The count it returns is kept as submissions are
+ * added and finished; the lcores count the requests of striped
+ * submissions without tails as each settles.  A whole submission whose
+ * done word the device stores (nvlink) is found in order only.
  */
 #ifndef KVT_BATCH_H
 #define KVT_BATCH_H
@@ -88,6 +98,7 @@ struct kvt_sub {
 	uint32_t pending;	/* STRIPED: requests not settled */
 	int32_t err;		/* first error of any request or tail */
 	uint64_t done;		/* 1 once everything, tails too, settled */
+	struct kvt_sub *settled_next;	/* on the batch's settled stack */
 	uint8_t mode;
 	uint8_t flags;
 	uint8_t finished;	/* references released */
@@ -126,7 +137,12 @@ struct kvt_batch {
 	uint32_t nchunks;
 	uint32_t nsubs;
 	uint32_t reap;		/* submissions [0, reap) finished */
+	uint32_t nfinished;	/* submissions finished, in any order */
 	uint32_t pump;		/* submissions [0, pump) fully queued */
+	uint64_t open_reqs;	/* requests of submissions not finished */
+	uint64_t reaped_reqs;	/* of those, counted in settled_reqs */
+	struct kvt_sub *unsettled;	/* popped before their done word */
+	uint64_t looked_at;	/* submissions reap examined (test hook) */
 	struct kvt_desc *stash;	/* refused by a full ring, FIFO */
 	struct kvt_desc *stash_tail;
 	uint64_t seq;
@@ -135,6 +151,9 @@ struct kvt_batch {
 	struct kvt_arena *arena;	/* page lists' copies, until reset */
 	struct kvt_arena *arena_cur;
 	struct kvt_batch *next;
+	/* Written by the lcores, read by the application: a line apart. */
+	struct kvt_sub *settled __rte_cache_aligned;	/* stack, by lcores */
+	uint64_t settled_reqs;	/* striped, no tails: requests settled */
 };
 
 /*
@@ -214,10 +233,19 @@ usable_ports(const struct kvt_req *r, const struct kvt_peer *p)
 }
 
 
-/* Everything of s, tails too, settled: its done word. */
+/* Everything of s, tails too, settled: on the batch's settled stack,
+ * then its done word (the last touch: s may be reused after it). */
 static inline void
 sub_settle(struct kvt_sub *s)
 {
+	struct kvt_batch *b = s->b;
+	struct kvt_sub *top = __atomic_load_n(&b->settled, __ATOMIC_RELAXED);
+
+	do {
+		s->settled_next = top;
+	} while (!__atomic_compare_exchange_n(&b->settled, &top, s, true,
+					      __ATOMIC_RELEASE,
+					      __ATOMIC_RELAXED));
 	__atomic_store_n(&s->done, 1, __ATOMIC_RELEASE);
 }
 

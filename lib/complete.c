@@ -65,6 +65,17 @@ kvt_sub_tails_start(struct kvt_sub *s, unsigned int here)
 		sub_settle(s);
 }
 
+/* Every byte of one of s's requests settled (done or failed) on port
+ * `here`.  Counted for kvt_poll() before the submission's done word. */
+static void
+req_settled(struct kvt_sub *s, unsigned int here)
+{
+	if (s->flags == 0)
+		__atomic_fetch_add(&s->b->settled_reqs, 1, __ATOMIC_RELAXED);
+	if (__atomic_sub_fetch(&s->pending, 1, __ATOMIC_ACQ_REL) == 0)
+		kvt_sub_tails_start(s, here);
+}
+
 /*
  * A notification the peer had no room for is tried again until the peer
  * timeout: a receiver that is slow to poll should not lose messages.
@@ -231,9 +242,8 @@ slice_done(struct kvt_desc *d, int err)
 	kvt_desc_free(d);
 	if (s->mode == SUB_ORDERED)
 		return;
-	if (__atomic_add_fetch(&r->settled, len, __ATOMIC_ACQ_REL) == r->x.len &&
-	    __atomic_sub_fetch(&s->pending, 1, __ATOMIC_ACQ_REL) == 0)
-		kvt_sub_tails_start(s, here);
+	if (__atomic_add_fetch(&r->settled, len, __ATOMIC_ACQ_REL) == r->x.len)
+		req_settled(s, here);
 }
 
 static void
@@ -249,8 +259,7 @@ settle_one(struct kvt_desc *d, int err)
 		tail_done(d, err);
 		break;
 	case KVT_DESC_DONE:
-		/* The last touch: the submission may be reused after it. */
-		kvt_desc_store_done(d);
+		sub_settle(d->owner);
 		break;
 	default:
 		break;
@@ -328,9 +337,8 @@ slice_ok(struct kvt_desc *d, struct burst_acc *a, uint64_t now,
 	r = d->owner;
 	s = r->s;
 	a->held += len;
-	if (__atomic_add_fetch(&r->settled, len, __ATOMIC_ACQ_REL) == r->x.len &&
-	    __atomic_sub_fetch(&s->pending, 1, __ATOMIC_ACQ_REL) == 0)
-		kvt_sub_tails_start(s, here);
+	if (__atomic_add_fetch(&r->settled, len, __ATOMIC_ACQ_REL) == r->x.len)
+		req_settled(s, here);
 }
 
 static void

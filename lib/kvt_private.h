@@ -212,15 +212,6 @@ void kvt_lcore_ring_attach(struct kvt_lcore *lc);
 void kvt_lcore_ring_detach(struct kvt_lcore *lc);
 struct kvt_lcore *kvt_lcore_of_port(const struct kvt_port *p);
 void kvt_desc_free(struct kvt_desc *d);
-/* A DONE descriptor's store: the application may reuse the submission's
- * memory once it sees it, so it is the descriptor's last touch. */
-static inline void
-kvt_desc_store_done(const struct kvt_desc *d)
-{
-	__atomic_store_n((uint64_t *)(uintptr_t)d->remote, d->value,
-			 __ATOMIC_RELEASE);
-}
-
 /* Settle what p's PMD handed back (kvt_desc_complete()), in order: on
  * p's lcore after each PMD call, elsewhere after a call the engine made
  * with the lcores stopped. */
@@ -230,6 +221,9 @@ void kvt_desc_finish(struct kvt_desc *d, int err);
 /* Test hooks: thread id and loop count of kvt's idx-th lcore. */
 int kvt_lcore_tid(unsigned int idx);
 uint64_t kvt_lcore_loops(unsigned int idx);
+/* Test hook: submissions kvt_poll() and kvt_wait() looked at so far. */
+struct kvt_batch;
+uint64_t kvt_batch_looked_at(const struct kvt_batch *b);
 
 /* ------------------------------------------------------------------ */
 /* Memory registry (mem.c)                                             */

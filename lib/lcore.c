@@ -569,10 +569,7 @@ drain_ring(struct kvt_lcore *lc)
 	while (lc->defer != NULL) {
 		d = lc->defer;
 		lc->defer = d->next;
-		if (d->op == KVT_DESC_DONE)
-			kvt_desc_store_done(d);
-		else
-			kvt_desc_finish(d, -ECANCELED);
+		kvt_desc_finish(d, -ECANCELED);	/* a DONE marker: stored */
 	}
 	lc->defer_tail = NULL;
 }

@@ -225,12 +225,8 @@ kvt_sub_prepare(struct kvt_sub *s, const struct kvt_submit_opts *o)
 		d = &s->whole;
 		sub_desc_init(s, d, KVT_DESC_CUT);
 	}
-	if (s->mode == SUB_ORDERED) {
-		d = tail_init(s, TAIL_DONE, KVT_DESC_DONE);
-		d->remote = (uintptr_t)&s->done;
-		d->value = 1;
-		d->len = 8;
-	}
+	if (s->mode == SUB_ORDERED)
+		(void)tail_init(s, TAIL_DONE, KVT_DESC_DONE);	/* settles s */
 }
 
 /* Up to k descriptors from the engine's pool, one if k are not there;

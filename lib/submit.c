@@ -567,6 +567,7 @@ sub_commit(struct kvt_batch *b, struct kvt_sub *s,
 		s->pending = 0;
 	}
 	b->used += s->n;
+	b->open_reqs += s->n;
 	b->nsubs++;
 	if (n == 0 && s->mode == SUB_STRIPED) {
 		/* Only a fence and/or a notification: they go out now. */

@@ -525,3 +525,70 @@ Test(engine, lcore_cuts_an_ordered_submission, .timeout = 60)
 	kvt_peer_close(p);
 	cr_assert_eq(kvt_fini(), 0);
 }
+
+/*
+ * kvt_poll() costs what completed since the last call, not what is
+ * pending: with 10 000 one-request submissions held behind a busy lcore,
+ * a thousand polls report all of them pending and look at one
+ * submission each; once the lcore runs, every submission is looked at a
+ * bounded number of times on its way out (a poll that walked every
+ * pending submission would look at ten million).
+ */
+Test(engine, poll_costs_what_completed, .timeout = 60)
+{
+	const unsigned int n = 10000, polls = 1000;
+	static uint8_t src[64], dst[64 * 10000];
+	struct call_gate g = { 0, 0 };
+	struct kvt_submit_opts o = { .flags = KVT_SUBMIT_ALLOW_OVERLAP };
+	struct kvt_xfer x = { .op = KVT_OP_WRITE, .local = src, .len = 64 };
+	uint64_t seen, calls = 0;
+	struct kvt_batch *b;
+	struct kvt_peer *p;
+	pthread_t holder;
+	void *ret;
+	unsigned int i;
+	int left;
+
+	cr_assert_geq(tc_engine_init("--kvt-pmd null"), 0);
+	cr_assert_not_null(kvt_mem_register(src, sizeof(src), NULL, 0));
+	cr_assert_not_null(kvt_mem_register(dst, sizeof(dst), NULL,
+					    KVT_MEM_REMOTE_WRITE));
+	p = self_peer();
+	cr_assert_eq(pthread_create(&holder, NULL, call_holder, &g), 0);
+	while (!__atomic_load_n(&g.entered, __ATOMIC_ACQUIRE))
+		usleep(100);
+	b = kvt_batch_alloc(n);
+	for (i = 0; i < n; i++) {
+		x.remote = (uintptr_t)dst + (uint64_t)i * 64;
+		cr_assert_eq(kvt_submit(b, p, &x, 1, &o), (int)i);
+	}
+	seen = kvt_batch_looked_at(b);
+	for (i = 0; i < polls; i++)
+		cr_assert_eq(kvt_poll(b), (int)n);
+	seen = kvt_batch_looked_at(b) - seen;
+	cr_assert_leq(seen, polls, "%u polls of %u pending submissions looked at %llu",
+		      polls, n, (unsigned long long)seen);
+	__atomic_store_n(&g.release, 1, __ATOMIC_RELEASE);
+	cr_assert_eq(pthread_join(holder, &ret), 0);
+	cr_assert_eq((intptr_t)ret, 0);
+	seen = kvt_batch_looked_at(b);
+	do {
+		left = kvt_poll(b);
+		cr_assert_geq(left, 0);
+		cr_assert_leq(left, (int)n);
+		calls++;
+		if (left > 0)
+			usleep(10);
+	} while (left > 0 && calls < 2000000);
+	cr_assert_eq(left, 0, "%d requests still pending", left);
+	seen = kvt_batch_looked_at(b) - seen;
+	cr_assert_leq(seen, 2 * n + calls,
+		      "%llu polls looked at %llu submissions to finish %u",
+		      (unsigned long long)calls, (unsigned long long)seen, n);
+	for (i = 0; i < n; i++)
+		cr_assert_eq(kvt_status(b, i), 0, "request %u", i);
+	cr_assert_eq(kvt_batch_reset(b), 0);
+	kvt_batch_free(b);
+	kvt_peer_close(p);
+	cr_assert_eq(kvt_fini(), 0);
+}

@@ -223,3 +223,55 @@ Test(prio, bulk_keeps_a_share_of_the_lcore, .timeout = 120)
 	kvt_batch_free(bb);
 	pair_down(&pr);
 }
+
+/*
+ * A submission that settles behind a pending one in the same batch is
+ * finished at once, not when the one before it is: with 1 GiB of bulk
+ * still pending, the urgent write that overtook it no longer counts in
+ * kvt_poll() and its claim on the peer's range is gone (a second write to
+ * that range is accepted, which the overlap guard refuses while the first
+ * is in flight).
+ */
+Test(prio, settled_behind_pending_is_finished, .timeout = 180)
+{
+	struct kvt_submit_opts bo = { .priority = KVT_PRIO_BULK };
+	struct kvt_submit_opts uo = { .priority = KVT_PRIO_URGENT };
+	struct kvt_xfer big = { .op = KVT_OP_WRITE, .len = BULK };
+	struct kvt_xfer small = { .op = KVT_OP_WRITE, .len = SMALL };
+	struct kvt_batch *b;
+	struct pair pr;
+	int again, left, i;
+
+	pair_up(&pr, "shm", BULK + SMALL);
+	big.local = pr.src;
+	big.remote = pr.base;
+	small.local = pr.src + BULK;
+	small.remote = pr.base + BULK;
+	tc_fill(pr.src, BULK + SMALL, 11);
+	b = kvt_batch_alloc(3);
+	cr_assert_not_null(b);
+	cr_assert_eq(kvt_submit(b, pr.p, &big, 1, &bo), 0);
+	cr_assert_eq(kvt_submit(b, pr.p, &small, 1, &uo), 1);
+	cr_assert_eq(kvt_submit(b, pr.p, &small, 1, &uo), -EBUSY,
+		     "a second write to a range in flight was accepted");
+	for (i = 0; i < 60 * 100000 && kvt_status(b, 1) == -EINPROGRESS; i++)
+		usleep(10);
+	cr_assert_eq(kvt_status(b, 1), 0, "the urgent write did not settle");
+	cr_assert_eq(kvt_status(b, 0), -EINPROGRESS,
+		     "1 GiB of bulk settled before the urgent write behind it");
+	left = kvt_poll(b);
+	again = kvt_submit(b, pr.p, &small, 1, &uo);
+	cr_assert_eq(kvt_status(b, 0), -EINPROGRESS,
+		     "the bulk settled before the checks: nothing was shown");
+	cr_assert_eq(left, 1, "%d requests pending: the urgent one still counts",
+		     left);
+	cr_assert_eq(again, 2, "the urgent write's claim outlived it: %s",
+		     strerror(-again));
+	cr_assert_eq(kvt_wait(b, WAIT_US), 0);
+	for (i = 0; i < 3; i++)
+		cr_assert_eq(kvt_status(b, i), 0, "request %d", i);
+	arrived(&pr, BULK, SMALL, "small write");
+	arrived(&pr, BULK - 64 * MiB, 64 * MiB, "bulk write (its last 64 MiB)");
+	kvt_batch_free(b);
+	pair_down(&pr);
+}
