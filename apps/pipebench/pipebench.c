@@ -7,7 +7,9 @@
  * batch at a time (submit, wait, reset), and with two batches in turn
  * (one fills while the other is in flight, as an application keeps the
  * pipeline busy).  Then the cost of kvt_submit alone for one 4 KiB write
- * with a fence (median and 99th percentile of many).
+ * with a fence (median and 99th percentile of many), and the cost of
+ * kvt_poll while small urgent submissions stream in behind a pending bulk
+ * one in the same batch (it should not grow with what is pending).
  *
  *   kvt-pipebench [EAL args] -- [--kvt-* options] [-s SECONDS] [-b BATCH]
  */
@@ -177,12 +179,59 @@ submit_cost(struct kvt_peer *p, uint8_t *src, uint8_t *dst,
 	free(t);
 }
 
+/* A bulk page list of this many 64-byte pages heads the batch in
+ * poll_cost(): long enough to stay pending while the small ones pass. */
+#define HEAD_PAGES (16u << 20)
+
+/*
+ * kvt_poll's cost, in ns a call, with a bulk submission pending at the
+ * head of the batch and n small urgent writes submitted behind it, each
+ * followed by a poll (an application polling while it submits).  *held:
+ * whether the head was still pending at the end (else the number says
+ * less).
+ */
+static double
+poll_cost(struct kvt_peer *p, uint8_t *src, uint8_t *dst, unsigned int n,
+	  int *held)
+{
+	uint32_t *idx = calloc(HEAD_PAGES, sizeof(*idx));
+	struct kvt_pages head = { .op = KVT_OP_WRITE, .n = HEAD_PAGES,
+		.page_size = 64, .local = src, .remote = (uintptr_t)dst,
+		.local_idx = idx, .remote_idx = idx };
+	struct kvt_submit_opts bo = { .flags = KVT_SUBMIT_ALLOW_OVERLAP,
+				      .priority = KVT_PRIO_BULK };
+	struct kvt_submit_opts uo = { .flags = KVT_SUBMIT_ALLOW_OVERLAP,
+				      .priority = KVT_PRIO_URGENT };
+	struct kvt_xfer x = { .op = KVT_OP_WRITE, .local = src,
+		.remote = (uintptr_t)dst, .len = 64 };
+	struct kvt_batch *b = kvt_batch_alloc(n + 1);
+	uint64_t spent = 0, t0;
+	unsigned int i;
+
+	must(idx != NULL && b != NULL);
+	must(kvt_submit_pages(b, p, &head, &bo) == 0);
+	for (i = 0; i < n; i++) {
+		must(kvt_submit(b, p, &x, 1, &uo) >= 0);
+		t0 = rte_get_tsc_cycles();
+		must(kvt_poll(b) >= 0);
+		spent += rte_get_tsc_cycles() - t0;
+	}
+	*held = kvt_status(b, 0) == -EINPROGRESS;
+	must(kvt_wait(b, 60000000) == 0);
+	kvt_batch_free(b);
+	free(idx);
+	return (double)spent * 1e9 / (double)rte_get_tsc_hz() / n;
+}
+
 int
 main(int argc, char **argv)
 {
 	static uint8_t src[4096], dst[128 << 16];
 	unsigned int batch = 4096;
-	double secs = 2, raw, pipe, pipe2, p50, p99;
+	static const unsigned int npoll[] = { 1000, 10000, 30000 };
+	double secs = 2, raw, pipe, pipe2, p50, p99, pc[3];
+	int held[3];
+	unsigned int i;
 	struct kvt_fence_table *ft;
 	struct kvt_peer *p;
 	char addr[64];
@@ -225,6 +274,8 @@ main(int argc, char **argv)
 	pipe = kvt_rate(p, src, dst, batch, 1, secs);
 	pipe2 = kvt_rate(p, src, dst, batch, 2, secs);
 	submit_cost(p, src, dst, ft, 20000, &p50, &p99);
+	for (i = 0; i < 3; i++)
+		pc[i] = poll_cost(p, src, dst, npoll[i], &held[i]);
 	printf("raw rte_ring enqueue/dequeue: %.2f M desc/s (%.1f ns)\n",
 	       raw / 1e6, 1e9 / raw);
 	printf("kvt submit->lcore->null->completion (batch %u): %.2f M desc/s (%.1f ns)\n",
@@ -234,6 +285,9 @@ main(int argc, char **argv)
 	       pipe2 / 1e6, 1e9 / pipe2, pipe2 / raw);
 	printf("kvt_submit of one 4 KiB write with a fence: p50 %.3f us, p99 %.3f us\n",
 	       p50, p99);
+	for (i = 0; i < 3; i++)
+		printf("kvt_poll behind a pending bulk submission, %u small ones streamed in: %.0f ns a call%s\n",
+		       npoll[i], pc[i], held[i] ? "" : " (the bulk one settled meanwhile)");
 	kvt_peer_close(p);
 	kvt_fence_table_destroy(ft);
 	kvt_fini();
