@@ -235,6 +235,30 @@ Test(kvfwd, mixed_streams, .timeout = 120)
 	json_decref(j);
 }
 
+/* --depth: batches in flight at once, reads each into an area of its
+ * own: every block read is checked against what the target holds, and
+ * a buffer too small for the batches in flight is refused. */
+Test(kvfwd, depth_reads_verified, .timeout = 120)
+{
+	char out[16384];
+	json_t *j;
+
+	j = run_json(KVT_OPTS " loopback --op read --verify --depth 3 --batch 8 --block 16K --buffer 1M --total 32M --json",
+		     out, sizeof(out));
+	cr_assert_eq(jint(j, "depth"), 3);
+	cr_assert_eq(jint(j, "errors"), 0);
+	cr_assert_eq(jint(j, "requests"), 2048);
+	cr_assert_eq(jint(j, "verify_checked"), 2048);
+	cr_assert_eq(jint(j, "verify_mixed"), 0);
+	json_decref(j);
+	cr_assert_eq(run(KVT_OPTS " loopback --buffer 1M --block 128K --batch 4 --depth 3 --total 4M",
+			 out, sizeof(out)), 2, "%s", out);
+	cr_assert(strstr(out, "x depth = 1.50 MiB") != NULL, "%s", out);
+	cr_assert_eq(run(KVT_OPTS " loopback --depth 0", out, sizeof(out)), 2,
+		     "%s", out);
+	cr_assert(strstr(out, "invalid --depth") != NULL, "%s", out);
+}
+
 Test(kvfwd, loopback_read_verify_json, .timeout = 120)
 {
 	char out[16384];

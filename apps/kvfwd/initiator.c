@@ -151,14 +151,15 @@ reuse(struct kvt_batch *b)
 }
 
 static void
-read_check(struct worker *w, unsigned int n, uint64_t first_block)
+read_check(struct worker *w, const uint8_t *local, unsigned int n,
+	   uint64_t first_block)
 {
 	const struct kvfwd_opts *o = w->sh->o;
 	unsigned int i;
 
 	for (i = 0; i < n; i++) {
 		w->read_checked++;
-		if (!kvfwd_check(w->src + i * o->block, o->block,
+		if (!kvfwd_check(local + i * o->block, o->block,
 				 first_block + i + 1, kvfwd_is_dev(o->src_loc)))
 			w->read_bad++;
 	}
@@ -187,13 +188,14 @@ shuffled(uint64_t n, unsigned int seed)
 
 /* --pages: blocks [next, next + n) of the share, as one page list. */
 static int
-submit_list(struct worker *w, struct kvt_batch *b, const uint32_t *order,
+submit_list(struct worker *w, struct kvt_batch *b, uint8_t *local,
+	    const uint32_t *order,
 	    uint32_t *li, uint32_t *ri, uint64_t first, uint64_t next,
 	    unsigned int n)
 {
 	const struct kvfwd_opts *o = w->sh->o;
 	struct kvt_pages pg = { .op = o->op, .n = n, .page_size = o->block,
-				.local = w->src, .remote = w->sh->rbase,
+				.local = local, .remote = w->sh->rbase,
 				.local_idx = li, .remote_idx = ri };
 	unsigned int i;
 
@@ -204,7 +206,44 @@ submit_list(struct worker *w, struct kvt_batch *b, const uint32_t *order,
 	return kvt_submit_pages(b, w->sh->peer, &pg, &w->sh->po);
 }
 
-/* Plain mode: blocks go to this thread's share of the target buffer. */
+/* A batch of a plain worker, submitted and not yet waited for. */
+struct inflight {
+	struct kvt_batch *b;
+	uint8_t *local;		/* its share of the source */
+	unsigned int n;		/* requests; 0: free */
+	uint64_t first;		/* its first block in the target buffer */
+	double t0;
+};
+
+/* Wait for f, check and count it, and make it free again. */
+static int
+settle(struct worker *w, struct inflight *f)
+{
+	struct shared *sh = w->sh;
+	const struct kvfwd_opts *o = sh->o;
+
+	if (wait_timed(w, f->b, o->pages ? 1 : f->n, f->t0) < 0) {
+		fprintf(stderr, "kvfwd: submit/wait failed\n");
+		return -1;
+	}
+	if (o->verify && o->op == KVT_OP_READ)
+		read_check(w, f->local, f->n, f->first);
+	if (reuse(f->b) < 0)
+		return -1;
+	w->requests += f->n;
+	w->bytes += (uint64_t)f->n * o->block;
+	__atomic_fetch_add(&sh->bytes_done, (uint64_t)f->n * o->block,
+			   __ATOMIC_RELAXED);
+	f->n = 0;
+	return 0;
+}
+
+/*
+ * Plain mode: blocks go to this thread's share of the target buffer, in
+ * --depth batches in flight: the oldest is waited for before its batch
+ * is filled again.  Reads land in a source area of their own per batch;
+ * writes of every batch read the same one.
+ */
 static void *
 plain_worker(void *arg)
 {
@@ -214,10 +253,9 @@ plain_worker(void *arg)
 	uint64_t share = sh->rlen / o->threads / o->block;
 	uint64_t first = w->id * share, next = 0;
 	struct kvt_xfer *x = calloc(o->batch, sizeof(*x));
-	struct kvt_batch *b = kvt_batch_alloc(o->batch);
+	struct inflight *fl = calloc(o->depth, sizeof(*fl)), *f;
 	uint32_t *li = NULL, *ri = NULL, *order = NULL;
-	unsigned int n, i;
-	double t0;
+	unsigned int n, i, k = 0;
 	int ret;
 
 	if (o->pages) {
@@ -227,40 +265,53 @@ plain_worker(void *arg)
 		if (li == NULL || ri == NULL || order == NULL)
 			sh->failed = 1;
 	}
-	while (x != NULL && b != NULL && !sh->failed &&
+	for (i = 0; fl != NULL && i < o->depth; i++) {
+		fl[i].b = kvt_batch_alloc(o->batch);
+		fl[i].local = w->src + (o->op == KVT_OP_READ ?
+					(uint64_t)i * o->batch * o->block : 0);
+		if (fl[i].b == NULL)
+			sh->failed = 1;
+	}
+	while (x != NULL && fl != NULL && !sh->failed &&
 	       (n = take_blocks(sh, o->batch)) > 0) {
+		f = &fl[k];
+		if (f->n > 0 && settle(w, f) < 0) {
+			sh->failed = 1;
+			break;
+		}
 		if (next + n > share)
 			next = 0;
-		t0 = kvfwd_now();
+		f->first = first + next;
+		f->t0 = kvfwd_now();
 		if (o->pages) {
-			ret = submit_list(w, b, order, li, ri, first, next, n);
+			ret = submit_list(w, f->b, f->local, order, li, ri,
+					  first, next, n);
 		} else {
 			for (i = 0; i < n; i++)
 				x[i] = (struct kvt_xfer){ .op = o->op,
-					.local = w->src + (uint64_t)i * o->block,
-					.remote = sh->rbase + (first + next + i) * o->block,
+					.local = f->local + (uint64_t)i * o->block,
+					.remote = sh->rbase + (f->first + i) * o->block,
 					.len = o->block };
-			t0 = kvfwd_now();
-			ret = kvt_submit(b, sh->peer, x, n, &sh->po);
+			f->t0 = kvfwd_now();
+			ret = kvt_submit(f->b, sh->peer, x, n, &sh->po);
 		}
-		if (ret < 0 || wait_timed(w, b, o->pages ? 1 : n, t0) < 0) {
+		if (ret < 0) {
 			fprintf(stderr, "kvfwd: submit/wait failed\n");
 			sh->failed = 1;
 			break;
 		}
-		if (o->verify && o->op == KVT_OP_READ)
-			read_check(w, n, first + next);
-		if (reuse(b) < 0) {
-			sh->failed = 1;
-			break;
-		}
-		w->requests += n;
-		w->bytes += (uint64_t)n * o->block;
-		__atomic_fetch_add(&sh->bytes_done, (uint64_t)n * o->block,
-				   __ATOMIC_RELAXED);
+		f->n = n;
 		next += n;
+		k = (k + 1) % o->depth;
 	}
-	kvt_batch_free(b);
+	/* The rest, oldest first (after a failure: to let go of them). */
+	for (i = 0; fl != NULL && i < o->depth; i++) {
+		f = &fl[(k + i) % o->depth];
+		if (f->n > 0 && settle(w, f) < 0)
+			sh->failed = 1;
+		kvt_batch_free(f->b);
+	}
+	free(fl);
 	free(x);
 	free(li);
 	free(ri);
@@ -670,11 +721,12 @@ check_sizes(const struct kvfwd_opts *o, const struct shared *sh)
 {
 	char a[32], b[32];
 
-	if (!o->fence && sh->rlen / o->threads < (uint64_t)o->batch * o->block) {
+	if (!o->fence && sh->rlen / o->threads <
+	    (uint64_t)o->depth * o->batch * o->block) {
 		kvfwd_fmt_bytes(a, sizeof(a), (double)sh->rlen);
-		kvfwd_fmt_bytes(b, sizeof(b),
-				(double)o->threads * o->batch * o->block);
-		fprintf(stderr, "kvfwd: target buffer %s is smaller than threads x batch x block = %s\n",
+		kvfwd_fmt_bytes(b, sizeof(b), (double)o->threads * o->depth *
+				o->batch * o->block);
+		fprintf(stderr, "kvfwd: target buffer %s is smaller than threads x batch x block x depth = %s\n",
 			a, b);
 		return -1;
 	}
@@ -691,6 +743,7 @@ kvfwd_initiator(const struct kvfwd_opts *o, struct kvfwd_result *res)
 	struct shared sh = { .o = o, .lock = PTHREAD_MUTEX_INITIALIZER };
 	struct worker *w, mw = { .sh = &sh };
 	char hello[192], addr[64];
+	uint64_t src_len;
 	unsigned int i;
 	int ret = 0, tty = isatty(1) && !o->json, session;
 
@@ -737,15 +790,17 @@ kvfwd_initiator(const struct kvfwd_opts *o, struct kvfwd_result *res)
 		       strrchr(o->peer, ':') - o->peer : 0), o->peer);
 	w = calloc(o->threads, sizeof(*w));
 	sh.bytes_left = o->total;
+	/* Reads in flight at once land in areas of their own. */
+	src_len = (uint64_t)o->batch * o->block *
+		(o->op == KVT_OP_READ && !o->fence ? o->depth : 1);
 	for (i = 0; i < o->threads; i++) {
 		w[i].sh = &sh;
 		w[i].id = i;
 		w[i].req.v = malloc(MAX_SAMPLES * sizeof(double));
 		w[i].batch.v = malloc(MAX_SAMPLES * sizeof(double));
-		w[i].src = kvt_mem_alloc((uint64_t)o->batch * o->block, o->src_loc);
+		w[i].src = kvt_mem_alloc(src_len, o->src_loc);
 		if (w[i].src == NULL ||
-		    kvt_mem_register(w[i].src, (uint64_t)o->batch * o->block,
-				     o->src_loc, 0) == NULL) {
+		    kvt_mem_register(w[i].src, src_len, o->src_loc, 0) == NULL) {
 			fprintf(stderr, "kvfwd: cannot allocate %s source memory: %s\n",
 				o->src_loc, rte_strerror(rte_errno));
 			return KVFWD_EXIT_USAGE;

@@ -25,6 +25,7 @@ struct kvfwd_opts {
 	uint32_t op;
 	uint64_t block;
 	unsigned int batch;
+	unsigned int depth;	/* batches in flight per thread */
 	unsigned int threads;
 	uint64_t total;
 	double duration;

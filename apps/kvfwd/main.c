@@ -32,6 +32,9 @@ usage(FILE *f)
 "  --op read|write        direction of the transfer (write)\n"
 "  --block SIZE           bytes per request (64K)\n"
 "  --batch N              requests per batch (128)\n"
+"  --depth N              batches in flight per thread (1): the next is\n"
+"                         submitted while earlier ones move (not with\n"
+"                         --fence)\n"
 "  --threads N            submitting threads (1)\n"
 "  --total SIZE           bytes to move (1G), or\n"
 "  --duration SECS        run time instead of a byte count\n"
@@ -88,7 +91,7 @@ parse_size(const char *s, uint64_t *out)
 }
 
 enum {
-	O_PEER = 256, O_OP, O_BLOCK, O_BATCH, O_THREADS, O_TOTAL, O_DURATION,
+	O_PEER = 256, O_OP, O_BLOCK, O_BATCH, O_DEPTH, O_THREADS, O_TOTAL, O_DURATION,
 	O_SRC, O_DST, O_BUFFER, O_TRANSPORT, O_SLICE, O_NIC, O_FENCE,
 	O_VERIFY, O_BASELINE, O_BASELINE_TO, O_JSON, O_FAULT, O_HELP, O_PAGES,
 	O_PRIORITY, O_MIXED, O_MIXED_EVERY,
@@ -99,6 +102,7 @@ static const struct option long_opts[] = {
 	{ "op", required_argument, NULL, O_OP },
 	{ "block", required_argument, NULL, O_BLOCK },
 	{ "batch", required_argument, NULL, O_BATCH },
+	{ "depth", required_argument, NULL, O_DEPTH },
 	{ "threads", required_argument, NULL, O_THREADS },
 	{ "total", required_argument, NULL, O_TOTAL },
 	{ "duration", required_argument, NULL, O_DURATION },
@@ -201,6 +205,12 @@ parse_opts(struct kvfwd_opts *o, struct args *a, int argc, char **argv)
 				o->batch = (unsigned int)v;
 			else
 				o->threads = (unsigned int)v;
+			break;
+		case O_DEPTH:
+			v = strtol(optarg, &end, 10);
+			if (*end != '\0' || v < 1 || v > 64)
+				return bad("--depth (1..64)", optarg);
+			o->depth = (unsigned int)v;
 			break;
 		case O_TOTAL:
 			if (parse_size(optarg, &o->total) < 0)
@@ -432,7 +442,7 @@ main(int argc, char **argv)
 {
 	struct kvfwd_opts o = {
 		.op = KVT_OP_WRITE, .block = 64 << 10, .batch = 128,
-		.threads = 1, .total = 1ull << 30, .buffer = 256 << 20,
+		.depth = 1, .threads = 1, .total = 1ull << 30, .buffer = 256 << 20,
 		.src_loc = "cpu:0", .dst_loc = "cpu:0", .fault_block = -1,
 	};
 	struct kvfwd_result res;

@@ -129,6 +129,7 @@ report_json(const struct kvfwd_opts *o, const struct kvfwd_result *r,
 	json_object_set_new(j, "op", json_string(o->op == KVT_OP_READ ? "read" : "write"));
 	json_object_set_new(j, "block", json_integer((json_int_t)o->block));
 	json_object_set_new(j, "batch", json_integer(o->batch));
+	json_object_set_new(j, "depth", json_integer(o->depth));
 	json_object_set_new(j, "threads", json_integer(o->threads));
 	json_object_set_new(j, "bytes", json_integer((json_int_t)r->bytes));
 	json_object_set_new(j, "requests", json_integer((json_int_t)r->requests));
@@ -194,9 +195,9 @@ kvfwd_report(const struct kvfwd_opts *o, struct kvfwd_result *r)
 	}
 	kvfwd_fmt_bytes(a, sizeof(a), (double)r->bytes);
 	kvfwd_fmt_bytes(b, sizeof(b), (double)o->block);
-	printf("kvfwd: %s %s in %s blocks, batch %u, %u thread(s), %.2f s\n",
+	printf("kvfwd: %s %s in %s blocks, batch %u, depth %u, %u thread(s), %.2f s\n",
 	       o->op == KVT_OP_READ ? "read" : "write", a, b, o->batch,
-	       o->threads, r->secs);
+	       o->depth, o->threads, r->secs);
 	printf("  throughput     %10.2f GB/s   %12.0f req/s   errors %" PRIu64 "\n",
 	       gbps, r->secs > 0 ? (double)r->requests / r->secs : 0, r->errors);
 	printf("  latency/req    p50 %9.1f us   p99 %9.1f us   p999 %9.1f us\n",
