@@ -91,37 +91,40 @@ struct kvt_sub {
 	struct kvt_desc tail[3];	/* fence, notify, done */
 	struct kvt_desc whole;	/* SUB_WHOLE: the one descriptor */
 	struct kvt_subinfo info;	/* SUB_WHOLE: what it points to */
+	/* Written by the submitter, read by the lcores. */
 	struct kvt_batch *b;
 	struct kvt_peer *peer;
 	uint32_t first;
 	uint32_t n;
-	uint32_t pending;	/* STRIPED: requests not settled */
-	int32_t err;		/* first error of any request or tail */
-	uint64_t done;		/* 1 once everything, tails too, settled */
-	struct kvt_sub *settled_next;	/* on the batch's settled stack */
 	uint8_t mode;
 	uint8_t flags;
 	uint8_t finished;	/* references released */
-	uint8_t tails_queued;
-	uint8_t notify_pending;	/* lcore: the notification waits for room */
 	uint8_t prio;		/* enum kvt_prio */
 	uint16_t port;		/* ORDERED: the port */
-	uint32_t next_req;	/* queueing cursor */
-	uint64_t next_off;
-	uint64_t slices_left;	/* slices not queued yet */
+	uint8_t mixed;		/* requests use more than one region pair */
+	uint32_t all_mask;	/* ports any request may use */
 	uint64_t wbytes;	/* bytes written / read, for peer stats */
 	uint64_t rbytes;
-	uint32_t all_mask;	/* ports any request may use */
-	uint8_t mixed;		/* requests use more than one region pair */
 	struct kvt_mem *m1;	/* otherwise, the one pair */
 	struct kvt_rimp *ri1;
 	uint32_t claim_first;
 	uint32_t nclaims;
 	struct kvt_rimp *fence_ri;
 	uint32_t fence_mask;
-	const struct kvt_xpages *pages;	/* a page list (one request) */
 	uint32_t notify_len;
-	uint8_t payload[KVT_NOTIFY_MAX];
+	const struct kvt_xpages *pages;	/* a page list (one request) */
+	/* Written by the lcores as it moves and settles (and set at
+	 * submit): a line of its own, so a submit takes one line back. */
+	uint64_t done __rte_cache_aligned;	/* 1 once everything settled */
+	struct kvt_sub *settled_next;	/* on the batch's settled stack */
+	int32_t err;		/* first error of any request or tail */
+	uint32_t pending;	/* STRIPED: requests not settled */
+	uint32_t next_req;	/* queueing cursor */
+	uint8_t tails_queued;
+	uint8_t notify_pending;	/* lcore: the notification waits for room */
+	uint64_t next_off;
+	uint64_t slices_left;	/* slices not queued yet */
+	uint8_t payload[KVT_NOTIFY_MAX] __rte_cache_aligned;
 } __rte_cache_aligned;
 
 struct kvt_batch {

@@ -41,6 +41,7 @@ tail_issue(struct kvt_sub *s, struct kvt_desc *d, unsigned int here)
 		(unsigned int)__builtin_ctz(mask);
 	d->port = (uint16_t)port;
 	d->conn = s->peer->conn[port];
+	d->prio = s->prio;	/* a deferred tail is never taken from a ring */
 	if (port == here) {
 		if (kvt_lcore_defer(d) < 0)
 			tail_done(d, -ECANCELED);

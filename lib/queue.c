@@ -137,10 +137,13 @@ fill_slice(struct kvt_batch *b, struct kvt_sub *s, struct kvt_desc *d)
 static void
 sub_desc_init(struct kvt_sub *s, struct kvt_desc *d, uint8_t op)
 {
-	memset(d, 0, sizeof(*d));
+	/* The first cache line only: the second is written where the
+	 * descriptor is taken (its class, in take()), completed (status) or
+	 * linked (next), on the lcore, and a striped tail's number below. */
+	RTE_BUILD_BUG_ON(offsetof(struct kvt_desc, prio) != RTE_CACHE_LINE_SIZE);
+	memset(d, 0, offsetof(struct kvt_desc, prio));
 	d->op = op;
 	d->flags = KVT_DF_EMBEDDED;
-	d->prio = s->prio;
 	d->owner = s;
 	d->port = s->port;
 	d->conn = s->peer->conn[s->port];
@@ -212,13 +215,17 @@ kvt_sub_prepare(struct kvt_sub *s, const struct kvt_submit_opts *o)
 		d->remote = o->fence.table + (uint64_t)o->fence.slot * 8;
 		d->value = o->fence.room;
 		d->len = 8;
-		d->seq = tail_seq(s->peer);
+		/* Numbered for a move to another port (striped only) and for
+		 * ports that act on a number once (tcp, rdma: striped). */
+		if (s->mode == SUB_STRIPED)
+			d->seq = tail_seq(s->peer);
 	}
 	if (s->flags & SUB_F_NOTIFY) {
 		d = tail_init(s, TAIL_NOTIFY, KVT_DESC_NOTIFY);
 		d->data = s->payload;
 		d->len = s->notify_len;
-		d->seq = tail_seq(s->peer);
+		if (s->mode == SUB_STRIPED)
+			d->seq = tail_seq(s->peer);
 	}
 	if (s->mode == SUB_ORDERED && s->slices_left > 0) {
 		/* Its lcore cuts the slices (kvt_sub_cut()). */
