@@ -2,10 +2,8 @@
 /*
  * kvfwd initiator: threads that submit batches to the target and time
  * them.  Plain mode writes (or reads) blocks into each thread's share of
- * the target buffer.  Fence mode takes (slot, room) credits from the
- * target and writes each block with its fence; several threads share the
- * credits, so the same destination slots are reused by different threads
- * round after round.
+ * the target buffer, --depth batches in flight; a mixed stream writes
+ * small blocks one at a time beside it.  Fence mode is in fenced.c.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -23,63 +21,18 @@
 #include <rte_errno.h>
 
 #include "kvfwd.h"
+#include "initiator.h"
 
-#define MAX_SAMPLES (1u << 20)
-#define CREDIT_WAIT_S 10.0
-#define WAIT_US (30ull * 1000 * 1000)
-
-struct samples {
-	double *v;
-	size_t n;
-};
-
-struct shared {
-	const struct kvfwd_opts *o;
-	struct kvt_peer *peer;
-	uint64_t rbase;		/* target buffer */
-	uint64_t rlen;
-	uint64_t ftable;	/* target fence table */
-	double t0;
-	double deadline;	/* 0: by bytes */
-	uint64_t bytes_left;	/* atomic, by-bytes runs */
-	uint64_t bytes_done;	/* atomic, for the progress line */
-	uint64_t blocks_sent;	/* atomic, for the fault */
-	int failed;
-	int streams_done;	/* --mixed: the main stream ended */
-	struct kvt_submit_opts po;	/* --priority */
-	uint64_t mixed_base;	/* --mixed: the small writes' area */
-	/* credits */
-	pthread_mutex_t lock;
-	struct kvfwd_credit *credits;
-	size_t ncredits;
-	size_t cap;
-	char result[128];
-};
-
-struct worker {
-	struct shared *sh;
-	unsigned int id;
-	uint8_t *src;
-	pthread_t th;
-	uint64_t requests;
-	uint64_t errors;
-	uint64_t bytes;
-	uint64_t read_checked;
-	uint64_t read_bad;
-	struct samples req;
-	struct samples batch;
-};
-
-static void
-sample(struct samples *s, double v)
+void
+kvfwd_sample(struct samples *s, double v)
 {
 	if (s->n < MAX_SAMPLES)
 		s->v[s->n++] = v;
 }
 
 /* Take up to max blocks' worth of the byte budget; 0 when it is spent. */
-static unsigned int
-take_blocks(struct shared *sh, unsigned int max)
+unsigned int
+kvfwd_take_blocks(struct shared *sh, unsigned int max)
 {
 	uint64_t want = (uint64_t)max * sh->o->block, left;
 
@@ -98,8 +51,9 @@ take_blocks(struct shared *sh, unsigned int max)
 }
 
 /* Note each request's completion as soon as it is seen. */
-static int
-wait_timed(struct worker *w, struct kvt_batch *b, unsigned int n, double t0)
+int
+kvfwd_wait_timed(struct worker *w, struct kvt_batch *b, unsigned int n,
+		 double t0)
 {
 	unsigned int cur = 0;
 	double deadline = t0 + (double)WAIT_US / 1e6;
@@ -122,7 +76,7 @@ wait_timed(struct worker *w, struct kvt_batch *b, unsigned int n, double t0)
 			sched_yield();
 		while (cur < n && (st = kvt_status(b, cur)) != -EINPROGRESS) {
 			last = now;
-			sample(&w->req, (kvfwd_now() - t0) * 1e6);
+			kvfwd_sample(&w->req, (kvfwd_now() - t0) * 1e6);
 			if (st != 0) {
 				if (w->errors++ == 0)
 					fprintf(stderr, "kvfwd: request failed: %s\n",
@@ -133,13 +87,13 @@ wait_timed(struct worker *w, struct kvt_batch *b, unsigned int n, double t0)
 		if (kvfwd_now() > deadline)
 			return -ETIMEDOUT;
 	}
-	sample(&w->batch, (kvfwd_now() - t0) * 1e6);
+	kvfwd_sample(&w->batch, (kvfwd_now() - t0) * 1e6);
 	return 0;
 }
 
 /* Empty a settled batch for the next round; @return 0 or -1. */
-static int
-reuse(struct kvt_batch *b)
+int
+kvfwd_reuse(struct kvt_batch *b)
 {
 	int ret = kvt_batch_reset(b);
 
@@ -222,13 +176,13 @@ settle(struct worker *w, struct inflight *f)
 	struct shared *sh = w->sh;
 	const struct kvfwd_opts *o = sh->o;
 
-	if (wait_timed(w, f->b, o->pages ? 1 : f->n, f->t0) < 0) {
+	if (kvfwd_wait_timed(w, f->b, o->pages ? 1 : f->n, f->t0) < 0) {
 		fprintf(stderr, "kvfwd: submit/wait failed\n");
 		return -1;
 	}
 	if (o->verify && o->op == KVT_OP_READ)
 		read_check(w, f->local, f->n, f->first);
-	if (reuse(f->b) < 0)
+	if (kvfwd_reuse(f->b) < 0)
 		return -1;
 	w->requests += f->n;
 	w->bytes += (uint64_t)f->n * o->block;
@@ -273,7 +227,7 @@ plain_worker(void *arg)
 			sh->failed = 1;
 	}
 	while (x != NULL && fl != NULL && !sh->failed &&
-	       (n = take_blocks(sh, o->batch)) > 0) {
+	       (n = kvfwd_take_blocks(sh, o->batch)) > 0) {
 		f = &fl[k];
 		if (f->n > 0 && settle(w, f) < 0) {
 			sh->failed = 1;
@@ -358,7 +312,7 @@ mixed_worker(void *arg)
 			MIXED_BLOCK;
 		t0 = kvfwd_now();
 		if (kvt_submit(b, sh->peer, &x, 1, &so) < 0 ||
-		    wait_timed(w, b, 1, t0) < 0 || reuse(b) < 0) {
+		    kvfwd_wait_timed(w, b, 1, t0) < 0 || kvfwd_reuse(b) < 0) {
 			fprintf(stderr, "kvfwd: a mixed-stream write failed\n");
 			sh->failed = 1;
 			break;
@@ -396,152 +350,6 @@ mixed_end(struct shared *sh, struct worker *mw, struct kvfwd_result *res)
 	res->n_mixed_lat = mw->req.n;
 	res->mixed_requests = mw->requests;
 	free(mw->batch.v);
-}
-
-/* Pull credit messages out of the notifications. */
-static void
-pump_credits(struct shared *sh)
-{
-	struct kvt_notify_msg m[8];
-	int n, i;
-	size_t k;
-
-	n = kvt_notify_poll(m, RTE_DIM(m));
-	for (i = 0; i < n; i++) {
-		if (m[i].len >= 8 && m[i].data[0] == KVFWD_MSG_CREDIT) {
-			k = m[i].data[1];
-			if (8 + k * sizeof(struct kvfwd_credit) > m[i].len)
-				continue;
-			pthread_mutex_lock(&sh->lock);
-			if (sh->ncredits + k > sh->cap) {
-				sh->cap = (sh->ncredits + k) * 2;
-				sh->credits = realloc(sh->credits,
-						      sh->cap * sizeof(*sh->credits));
-			}
-			memcpy(sh->credits + sh->ncredits, m[i].data + 8,
-			       k * sizeof(struct kvfwd_credit));
-			sh->ncredits += k;
-			pthread_mutex_unlock(&sh->lock);
-		} else {
-			/* "ready" or "result ..." */
-			pthread_mutex_lock(&sh->lock);
-			snprintf(sh->result, sizeof(sh->result), "%.*s",
-				 (int)m[i].len, m[i].data);
-			pthread_mutex_unlock(&sh->lock);
-		}
-	}
-}
-
-static unsigned int
-take_credits(struct shared *sh, struct kvfwd_credit *out, unsigned int max)
-{
-	struct timespec nap = { 0, 10000 };
-	double until = kvfwd_now() + CREDIT_WAIT_S;
-	unsigned int n = 0;
-
-	/* A target that is gone sends no more: stop waiting at once. */
-	while (n == 0 && kvfwd_now() < until && !sh->failed &&
-	       kvt_peer_state(sh->peer) == 0) {
-		pump_credits(sh);
-		pthread_mutex_lock(&sh->lock);
-		n = (unsigned int)RTE_MIN((size_t)max, sh->ncredits);
-		/* Oldest first, so every slot keeps moving. */
-		memcpy(out, sh->credits, n * sizeof(*out));
-		memmove(sh->credits, sh->credits + n,
-			(sh->ncredits - n) * sizeof(*out));
-		sh->ncredits -= n;
-		pthread_mutex_unlock(&sh->lock);
-		if (n == 0)
-			nanosleep(&nap, NULL);
-	}
-	return n;
-}
-
-/* Submit one block with its fence; a slot another thread's write still
- * holds (not reaped yet) is retried briefly. */
-static int
-submit_fenced(struct shared *sh, struct kvt_batch *b, uint8_t *src,
-	      const struct kvfwd_credit *c)
-{
-	const struct kvfwd_opts *o = sh->o;
-	struct kvt_xfer x = { .op = KVT_OP_WRITE, .local = src,
-			      .remote = sh->rbase + (uint64_t)c->slot * o->block,
-			      .len = o->block };
-	struct kvt_submit_opts so = { .flags = KVT_SUBMIT_FENCE,
-		.fence = { .table = sh->ftable, .slot = c->slot, .room = c->room },
-		.priority = o->priority };
-	struct timespec nap = { 0, 5000 };
-	int ret, tries;
-
-	for (tries = 0; tries < 20000; tries++) {
-		ret = kvt_submit(b, sh->peer, &x, 1, &so);
-		if (ret != -EBUSY)
-			return ret;
-		nanosleep(&nap, NULL);
-	}
-	return ret;
-}
-
-static void *
-fence_worker(void *arg)
-{
-	struct worker *w = arg;
-	struct shared *sh = w->sh;
-	const struct kvfwd_opts *o = sh->o;
-	struct kvfwd_credit *c = calloc(o->batch, sizeof(*c));
-	struct kvt_batch *b = kvt_batch_alloc(o->batch);
-	unsigned int n, i, want;
-	uint8_t *src;
-	double t0;
-
-	if (!o->verify)
-		kvfwd_fill(w->src, (uint64_t)o->batch * o->block, w->id,
-			   kvfwd_is_dev(o->src_loc), 0);
-	while (c != NULL && b != NULL && !sh->failed &&
-	       (want = take_blocks(sh, o->batch)) > 0) {
-		n = take_credits(sh, c, want);
-		if (n == 0) {
-			fprintf(stderr, "kvfwd: no credits from the target in %.0f s\n",
-				CREDIT_WAIT_S);
-			sh->failed = 1;
-			break;
-		}
-		if (n < want && sh->deadline == 0)
-			__atomic_fetch_add(&sh->bytes_left,
-					   (uint64_t)(want - n) * o->block,
-					   __ATOMIC_RELAXED);
-		t0 = kvfwd_now();
-		for (i = 0; i < n; i++) {
-			src = w->src + (uint64_t)i * o->block;
-			/* Test-only fault: damage one block. */
-			if (o->verify &&
-			    kvfwd_fill(src, o->block, c[i].room,
-				       kvfwd_is_dev(o->src_loc),
-				       __atomic_fetch_add(&sh->blocks_sent, 1,
-							  __ATOMIC_RELAXED) ==
-				       (uint64_t)o->fault_block) < 0) {
-				fprintf(stderr, "kvfwd: cannot fill the source\n");
-				sh->failed = 1;
-				break;
-			}
-			if (submit_fenced(sh, b, src, &c[i]) < 0) {
-				fprintf(stderr, "kvfwd: fenced submit failed\n");
-				sh->failed = 1;
-				break;
-			}
-		}
-		if (sh->failed || wait_timed(w, b, n, t0) < 0 || reuse(b) < 0) {
-			sh->failed = 1;
-			break;
-		}
-		w->requests += n;
-		w->bytes += (uint64_t)n * o->block;
-		__atomic_fetch_add(&sh->bytes_done, (uint64_t)n * o->block,
-				   __ATOMIC_RELAXED);
-	}
-	kvt_batch_free(b);
-	free(c);
-	return NULL;
 }
 
 /* The target's buffer and fence table, from what it exports. */
@@ -595,7 +403,7 @@ wait_text(struct shared *sh, const char *prefix)
 	int found = 0, busy = 0;
 
 	while (!found && !busy && kvfwd_now() < until) {
-		pump_credits(sh);
+		kvfwd_pump_credits(sh);
 		pthread_mutex_lock(&sh->lock);
 		found = strncmp(sh->result, prefix, strlen(prefix)) == 0;
 		busy = strcmp(sh->result, "busy") == 0;
@@ -824,7 +632,7 @@ kvfwd_initiator(const struct kvfwd_opts *o, struct kvfwd_result *res)
 	if (o->duration > 0)
 		sh.deadline = sh.t0 + o->duration;
 	for (i = 0; i < o->threads; i++)
-		pthread_create(&w[i].th, NULL, o->fence ? fence_worker :
+		pthread_create(&w[i].th, NULL, o->fence ? kvfwd_fence_worker :
 			       plain_worker, &w[i]);
 	if (o->mixed && mixed_start(&mw) < 0)
 		sh.failed = 1;
