@@ -424,6 +424,25 @@ call_answer(void *arg)
 					       20000);
 }
 
+/* The null engine as its own peer, src and dst registered, its lcore
+ * held in a port call until g->release. */
+static struct kvt_peer *
+held_engine(const char *opts, void *src, size_t slen, void *dst,
+	    size_t dlen, struct call_gate *g, pthread_t *holder)
+{
+	struct kvt_peer *p;
+
+	cr_assert_geq(tc_engine_init(opts), 0);
+	cr_assert_not_null(kvt_mem_register(src, slen, NULL, 0));
+	cr_assert_not_null(kvt_mem_register(dst, dlen, NULL,
+					    KVT_MEM_REMOTE_WRITE));
+	p = self_peer();
+	cr_assert_eq(pthread_create(holder, NULL, call_holder, g), 0);
+	while (!__atomic_load_n(&g->entered, __ATOMIC_ACQUIRE))
+		usleep(100);
+	return p;
+}
+
 /* Control work has its own way to the lcore: a port call still runs
  * while the lcore's descriptor ring is full, and the data behind it
  * moves once the lcore is free. */
@@ -442,14 +461,8 @@ Test(engine, port_call_past_a_full_ring, .timeout = 60)
 	void *ret;
 	unsigned int i;
 
-	cr_assert_geq(tc_engine_init("--kvt-pmd null --kvt-descs 1024"), 0);
-	cr_assert_not_null(kvt_mem_register(src, sizeof(src), NULL, 0));
-	cr_assert_not_null(kvt_mem_register(dst, sizeof(dst), NULL,
-					    KVT_MEM_REMOTE_WRITE));
-	p = self_peer();
-	cr_assert_eq(pthread_create(&holder, NULL, call_holder, &g), 0);
-	while (!__atomic_load_n(&g.entered, __ATOMIC_ACQUIRE))
-		usleep(100);
+	p = held_engine("--kvt-pmd null --kvt-descs 1024", src, sizeof(src),
+			dst, sizeof(dst), &g, &holder);
 	b = kvt_batch_alloc(n);
 	for (i = 0; i < n; i++) {
 		x.remote = (uintptr_t)dst + (uint64_t)i * 64;
@@ -497,18 +510,12 @@ Test(engine, lcore_cuts_an_ordered_submission, .timeout = 60)
 	unsigned int i, queued;
 
 	cr_assert_not_null(x);
-	cr_assert_geq(tc_engine_init("--kvt-pmd null --kvt-descs 1024"), 0);
-	cr_assert_not_null(kvt_mem_register(src, sizeof(src), NULL, 0));
-	cr_assert_not_null(kvt_mem_register(dst, sizeof(dst), NULL,
-					    KVT_MEM_REMOTE_WRITE));
-	p = self_peer();
 	for (i = 0; i < n; i++)
 		x[i] = (struct kvt_xfer){ .op = KVT_OP_WRITE, .local = src,
 			.remote = (uintptr_t)dst + (uint64_t)i * 64, .len = 64 };
 	/* The lcore is held, so what the submission queued stays queued. */
-	cr_assert_eq(pthread_create(&holder, NULL, call_holder, &g), 0);
-	while (!__atomic_load_n(&g.entered, __ATOMIC_ACQUIRE))
-		usleep(100);
+	p = held_engine("--kvt-pmd null --kvt-descs 1024", src, sizeof(src),
+			dst, sizeof(dst), &g, &holder);
 	b = kvt_batch_alloc(n);
 	cr_assert_eq(kvt_submit(b, p, x, n, &o), 0);
 	queued = rte_ring_count(kvt_eng->lcores[0].ring[KVT_PRIO_NORMAL]);
@@ -549,14 +556,8 @@ Test(engine, poll_costs_what_completed, .timeout = 60)
 	unsigned int i;
 	int left;
 
-	cr_assert_geq(tc_engine_init("--kvt-pmd null"), 0);
-	cr_assert_not_null(kvt_mem_register(src, sizeof(src), NULL, 0));
-	cr_assert_not_null(kvt_mem_register(dst, sizeof(dst), NULL,
-					    KVT_MEM_REMOTE_WRITE));
-	p = self_peer();
-	cr_assert_eq(pthread_create(&holder, NULL, call_holder, &g), 0);
-	while (!__atomic_load_n(&g.entered, __ATOMIC_ACQUIRE))
-		usleep(100);
+	p = held_engine("--kvt-pmd null", src, sizeof(src), dst, sizeof(dst),
+			&g, &holder);
 	b = kvt_batch_alloc(n);
 	for (i = 0; i < n; i++) {
 		x.remote = (uintptr_t)dst + (uint64_t)i * 64;

@@ -92,6 +92,20 @@ jint(json_t *j, const char *key)
 	return json_integer_value(v);
 }
 
+/* Run args (with --json): all of blocks requests went, and every one was
+ * checked where it landed, none mixed or stale.  @return the report. */
+static json_t *
+run_verified(const char *args, long long blocks, char *out, size_t len)
+{
+	json_t *j = run_json(args, out, len);
+
+	cr_assert_eq(jint(j, "verify_mixed"), 0);
+	cr_assert_eq(jint(j, "verify_stale"), 0);
+	cr_assert_eq(jint(j, "verify_checked"), blocks);
+	cr_assert_eq(jint(j, "requests"), blocks);
+	return j;
+}
+
 static double
 now_s(void)
 {
@@ -209,13 +223,9 @@ Test(kvfwd, loopback_verify_threads, .timeout = 120)
 	char out[16384];
 	json_t *j;
 
-	j = run_json(KVT_OPTS " loopback --verify --threads 3 --batch 8 --block 16K --buffer 1M --total 64M --json",
-		     out, sizeof(out));
-	cr_assert_eq(jint(j, "verify_mixed"), 0);
-	cr_assert_eq(jint(j, "verify_stale"), 0);
 	/* Every block sent was checked where it landed: 64M / 16K. */
-	cr_assert_eq(jint(j, "verify_checked"), 4096);
-	cr_assert_eq(jint(j, "requests"), 4096);
+	j = run_verified(KVT_OPTS " loopback --verify --threads 3 --batch 8 --block 16K --buffer 1M --total 64M --json",
+			 4096, out, sizeof(out));
 	json_decref(j);
 }
 
@@ -243,13 +253,10 @@ Test(kvfwd, depth_reads_verified, .timeout = 120)
 	char out[16384];
 	json_t *j;
 
-	j = run_json(KVT_OPTS " loopback --op read --verify --depth 3 --batch 8 --block 16K --buffer 1M --total 32M --json",
-		     out, sizeof(out));
+	j = run_verified(KVT_OPTS " loopback --op read --verify --depth 3 --batch 8 --block 16K --buffer 1M --total 32M --json",
+			 2048, out, sizeof(out));
 	cr_assert_eq(jint(j, "depth"), 3);
 	cr_assert_eq(jint(j, "errors"), 0);
-	cr_assert_eq(jint(j, "requests"), 2048);
-	cr_assert_eq(jint(j, "verify_checked"), 2048);
-	cr_assert_eq(jint(j, "verify_mixed"), 0);
 	json_decref(j);
 	cr_assert_eq(run(KVT_OPTS " loopback --buffer 1M --block 128K --batch 4 --depth 3 --total 4M",
 			 out, sizeof(out)), 2, "%s", out);
