@@ -536,30 +536,37 @@ sub_open(struct kvt_batch *b, struct kvt_peer *p, unsigned int nslots,
 }
 
 /*
- * Validation is over (ret), inside the RCU section tok: pick the mode,
- * take references, and queue.  @return the first slot, or ret.
+ * Requests and options are valid: pick the mode and write the
+ * submission's descriptors, before its claims, so that the stores to
+ * lines the lcore used last go out together and the first atomic after
+ * them waits for all at once.  @return 0, or -ENOTSUP.
  */
 static int
-sub_commit(struct kvt_batch *b, struct kvt_sub *s,
-	   const struct kvt_submit_opts *o, int ret, unsigned int tok)
+sub_mode(struct kvt_batch *b, struct kvt_sub *s,
+	 const struct kvt_submit_opts *o)
+{
+	choose_mode(b, s);
+	if (o->cuda_event != NULL && s->mode != SUB_WHOLE)
+		return KVT_REFUSE(ENOTSUP, "submit: a CUDA event needs a transport that takes whole submissions (nvlink)");
+	kvt_sub_prepare(s, o);
+	return 0;
+}
+
+/*
+ * Validation is over (ret), inside the RCU section tok: take references,
+ * and queue.  @return the first slot, or ret.
+ */
+static int
+sub_commit(struct kvt_batch *b, struct kvt_sub *s, int ret, unsigned int tok)
 {
 	unsigned int n = s->n;
 
-	if (ret == 0) {
-		choose_mode(b, s);
-		if (o->cuda_event != NULL && s->mode != SUB_WHOLE) {
-			while (b->nclaims > s->claim_first)
-				kvt_claim_drop(&b->claims[--b->nclaims]);
-			ret = KVT_REFUSE(ENOTSUP, "submit: a CUDA event needs a transport that takes whole submissions (nvlink)");
-		}
-	}
 	if (ret == 0)
 		kvt_sub_refs_add(b, s, 1);
 	kvt_rcu_read_unlock(tok);
 	if (ret < 0)
 		return ret;
 
-	kvt_sub_prepare(s, o);
 	if (n == 0) {
 		memset(&b->req[b->used], 0, sizeof(b->req[0]));
 		b->req[b->used].s = s;
@@ -596,10 +603,13 @@ kvt_submit(struct kvt_batch *b, struct kvt_peer *p, const struct kvt_xfer *xf,
 		return KVT_REFUSE(EINVAL, "submit: bad batch or peer");
 	if (n == 0 && (o->notify_len == 0 && !(o->flags & KVT_SUBMIT_FENCE)))
 		return KVT_REFUSE(EINVAL, "submit: no request, fence or notification");
-	ret = sub_open(b, p, n, &s);
-	if (ret < 0)
-		return ret;
+	/* Before the first store: the lock's barrier waits for nothing. */
 	tok = kvt_rcu_read_lock();
+	ret = sub_open(b, p, n, &s);
+	if (ret < 0) {
+		kvt_rcu_read_unlock(tok);
+		return ret;
+	}
 	ret = check_opts(p, o, s);
 	for (i = 0; i < n && ret == 0; i++) {
 		struct kvt_req *r = &b->req[b->used + i];
@@ -613,9 +623,11 @@ kvt_submit(struct kvt_batch *b, struct kvt_peer *p, const struct kvt_xfer *xf,
 			s->mixed = 1;
 		}
 	}
+	if (ret == 0)
+		ret = sub_mode(b, s, o);
 	if (ret == 0 && !(o->flags & KVT_SUBMIT_ALLOW_OVERLAP))
 		ret = claim_writes(b, s);
-	return sub_commit(b, s, o, ret, tok);
+	return sub_commit(b, s, ret, tok);
 }
 
 /*
@@ -738,10 +750,12 @@ kvt_submit_pages(struct kvt_batch *b, struct kvt_peer *p,
 		s->all_mask = r->mask;
 		s->m1 = req_mem(r);
 		s->ri1 = req_rimp(r);
-		if (pg->op == KVT_OP_WRITE && !(o->flags & KVT_SUBMIT_ALLOW_OVERLAP))
+		ret = sub_mode(b, s, o);
+		if (ret == 0 && pg->op == KVT_OP_WRITE &&
+		    !(o->flags & KVT_SUBMIT_ALLOW_OVERLAP))
 			ret = claim_pages(b, s, r);
 	}
-	ret = sub_commit(b, s, o, ret, tok);
+	ret = sub_commit(b, s, ret, tok);
 	if (ret < 0)
 		arena_release(b, mark);
 	return ret;
