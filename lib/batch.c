@@ -394,9 +394,9 @@ cancel_unqueued(struct kvt_batch *b)
 	b->stash_tail = NULL;
 	for (i = b->pump; i < b->nsubs; i++) {
 		s = sub_at(b, i);
-		for (; s->next_req < s->first + s->n; s->next_req++)
-			set_err(&b->req[s->next_req].err, -ECANCELED);
-		s->slices_left = 0;
+		for (; s->cur.req < s->first + s->n; s->cur.req++)
+			set_err(&b->req[s->cur.req].err, -ECANCELED);
+		s->cur.left = 0;
 		set_err(&s->err, -ECANCELED);
 	}
 	b->pump = b->nsubs;

@@ -90,8 +90,7 @@ req_rimp(const struct kvt_req *r)
 struct kvt_sub {
 	struct kvt_desc tail[3];	/* fence, notify, done */
 	struct kvt_desc whole;	/* SUB_WHOLE: the one descriptor */
-	struct kvt_subinfo info;	/* SUB_WHOLE: what it points to */
-	/* Written by the submitter, read by the lcores. */
+	/* Written by the submitter, read by the lcores: two lines. */
 	struct kvt_batch *b;
 	struct kvt_peer *peer;
 	uint32_t first;
@@ -102,6 +101,7 @@ struct kvt_sub {
 	uint8_t prio;		/* enum kvt_prio */
 	uint16_t port;		/* ORDERED: the port */
 	uint8_t mixed;		/* requests use more than one region pair */
+	uint8_t tails_queued;
 	uint32_t all_mask;	/* ports any request may use */
 	uint64_t wbytes;	/* bytes written / read, for peer stats */
 	uint64_t rbytes;
@@ -113,18 +113,19 @@ struct kvt_sub {
 	uint32_t fence_mask;
 	uint32_t notify_len;
 	const struct kvt_xpages *pages;	/* a page list (one request) */
-	/* Written by the lcores as it moves and settles (and set at
-	 * submit): a line of its own, so a submit takes one line back. */
+	/* Slices not queued yet (an ORDERED one's lcore cuts from a copy). */
+	struct kvt_cursor cur;
+	/* Written by the lcores as it settles (and set at submit): a line
+	 * of its own, so a submit takes one line back, and a poll of the
+	 * done word finds it moved only when something settled. */
 	uint64_t done __rte_cache_aligned;	/* 1 once everything settled */
 	struct kvt_sub *settled_next;	/* on the batch's settled stack */
 	int32_t err;		/* first error of any request or tail */
 	uint32_t pending;	/* STRIPED: requests not settled */
-	uint32_t next_req;	/* queueing cursor */
-	uint8_t tails_queued;
 	uint8_t notify_pending;	/* lcore: the notification waits for room */
-	uint64_t next_off;
-	uint64_t slices_left;	/* slices not queued yet */
-	uint8_t payload[KVT_NOTIFY_MAX] __rte_cache_aligned;
+	/* Written by the submitter when used. */
+	struct kvt_subinfo info __rte_cache_aligned;	/* SUB_WHOLE */
+	uint8_t payload[KVT_NOTIFY_MAX];
 } __rte_cache_aligned;
 
 struct kvt_batch {

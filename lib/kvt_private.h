@@ -102,6 +102,14 @@ void kvt_rcu_synchronize(void);
 /* Lcores and ports (lcore.c, port.c)                                  */
 /* ------------------------------------------------------------------ */
 
+/* Where a submission's next slice starts: its request, the offset in
+ * it, and the slices not cut yet. */
+struct kvt_cursor {
+	uint64_t off;
+	uint64_t left;
+	uint32_t req;
+};
+
 struct kvt_lcore {
 	unsigned int id;
 	/* Descriptors, from any thread: one ring per enum kvt_prio. */
@@ -124,6 +132,8 @@ struct kvt_lcore {
 	struct kvt_held {
 		struct kvt_desc *d[KVT_BURST];
 		unsigned int pos, n;
+		struct kvt_cursor cut;	/* of the cut at d[pos], once begun */
+		int cutting;
 	} held[KVT_PRIO_CLASSES];
 	struct kvt_desc *defer;	/* tail ops to run next iteration, FIFO */
 	struct kvt_desc *defer_tail;
@@ -143,11 +153,15 @@ struct kvt_lcore {
  */
 #define KVT_DESC_CUT 0x40
 
-/* Lcore: cut up to max slices of the submission behind cut into d
- * (descriptors from the engine's pool); @return how many, 0 when none
- * are left or the pool is empty; *fin: none left. */
-unsigned int kvt_sub_cut(struct kvt_desc *cut, struct kvt_desc **d,
-			 unsigned int max, int *fin);
+/* Lcore: where the submission behind cut starts (its cursor is then the
+ * lcore's own, so its cutting writes no line the submitter or a poll
+ * reads). */
+void kvt_sub_cut_begin(const struct kvt_desc *cut, struct kvt_cursor *cur);
+/* Lcore: cut up to max slices of the submission behind cut, from cur,
+ * into d (descriptors from the engine's pool); @return how many, 0 when
+ * none are left or the pool is empty; *fin: none left. */
+unsigned int kvt_sub_cut(struct kvt_desc *cut, struct kvt_cursor *cur,
+			 struct kvt_desc **d, unsigned int max, int *fin);
 
 /*
  * ThreadSanitizer cannot see that an rte_ring hands what a thread wrote

@@ -315,12 +315,19 @@ take(struct kvt_lcore *lc, enum kvt_prio c, struct kvt_desc **d,
 /* Cut the next slices of a held ORDERED submission and hand them out;
  * @return how many went, and 1 in *fin once it is all cut. */
 static unsigned int
-run_cut(struct kvt_desc *cut, unsigned int max, int *fin)
+run_cut(struct kvt_held *h, unsigned int max, int *fin)
 {
-	struct kvt_desc *d[KVT_BURST];
+	struct kvt_desc *d[KVT_BURST], *cut = h->d[h->pos];
 	unsigned int n;
 
-	n = kvt_sub_cut(cut, d, RTE_MIN(max, (unsigned int)KVT_BURST), fin);
+	if (!h->cutting) {
+		kvt_sub_cut_begin(cut, &h->cut);
+		h->cutting = 1;
+	}
+	n = kvt_sub_cut(cut, &h->cut, d, RTE_MIN(max, (unsigned int)KVT_BURST),
+			fin);
+	if (*fin)
+		h->cutting = 0;
 	if (n != 0)
 		dispatch(d, n);
 	return n;
@@ -342,8 +349,7 @@ serve(struct kvt_lcore *lc, enum kvt_prio c, unsigned int step,
 
 	while (h->pos < h->n && done < budget) {
 		if (h->d[h->pos]->op == KVT_DESC_CUT) {
-			n = run_cut(h->d[h->pos], RTE_MIN(step, budget - done),
-				    &fin);
+			n = run_cut(h, RTE_MIN(step, budget - done), &fin);
 			done += n;
 			if (fin)
 				h->pos++;
@@ -558,6 +564,7 @@ drain_ring(struct kvt_lcore *lc)
 		;
 	for (c = 0; c < KVT_PRIO_CLASSES; c++) {
 		h = &lc->held[c];
+		h->cutting = 0;
 		while (h->pos < h->n)
 			kvt_desc_finish(h->d[h->pos++], -ECANCELED);
 	}

@@ -83,25 +83,27 @@ enqueue(struct kvt_batch *b, enum kvt_prio prio, struct kvt_desc **d,
 	return b->stash == NULL;
 }
 
+/* The next slice of s, from cur, into d. */
 static void
-fill_slice(struct kvt_batch *b, struct kvt_sub *s, struct kvt_desc *d)
+fill_slice(struct kvt_batch *b, struct kvt_sub *s, struct kvt_cursor *cur,
+	   struct kvt_desc *d)
 {
-	struct kvt_req *r = &b->req[s->next_req];
-	uint64_t left = r->x.len - s->next_off, page, in, ps;
+	struct kvt_req *r = &b->req[cur->req];
+	uint64_t left = r->x.len - cur->off, page, in, ps;
 	uint32_t len = (uint32_t)RTE_MIN(left, (uint64_t)kvt_eng->o.slice);
 
 	if (s->pages != NULL) {
 		/* A slice never crosses a page: pages are scattered. */
 		ps = s->pages->page_size;
-		page = s->next_off / ps;
-		in = s->next_off % ps;
+		page = cur->off / ps;
+		in = cur->off % ps;
 		len = (uint32_t)RTE_MIN((uint64_t)len, ps - in);
 		d->local = r->x.local + (uint64_t)s->pages->local_idx[page] * ps + in;
 		d->remote = r->x.remote + (uint64_t)s->pages->remote_idx[page] * ps +
 			in;
 	} else {
-		d->local = r->x.local + s->next_off;
-		d->remote = r->x.remote + s->next_off;
+		d->local = r->x.local + cur->off;
+		d->remote = r->x.remote + cur->off;
 	}
 	/* Only the descriptor's first cache line is written here: the
 	 * class is the lcore's to write (take(), kvt_sub_cut()). */
@@ -125,10 +127,11 @@ fill_slice(struct kvt_batch *b, struct kvt_sub *s, struct kvt_desc *d)
 	d->lm = r->x.lm;
 	d->rm = r->x.rm;
 	d->owner = r;
-	s->next_off += len;
-	if (s->next_off == r->x.len) {
-		s->next_req++;
-		s->next_off = 0;
+	cur->left--;
+	cur->off += len;
+	if (cur->off == r->x.len) {
+		cur->req++;
+		cur->off = 0;
 	}
 }
 
@@ -227,7 +230,7 @@ kvt_sub_prepare(struct kvt_sub *s, const struct kvt_submit_opts *o)
 		if (s->mode == SUB_STRIPED)
 			d->seq = tail_seq(s->peer);
 	}
-	if (s->mode == SUB_ORDERED && s->slices_left > 0) {
+	if (s->mode == SUB_ORDERED && s->cur.left > 0) {
 		/* Its lcore cuts the slices (kvt_sub_cut()). */
 		d = &s->whole;
 		sub_desc_init(s, d, KVT_DESC_CUT);
@@ -267,7 +270,7 @@ pump_sub(struct kvt_batch *b, struct kvt_sub *s)
 			return 1;
 		s->tails_queued = 1;
 		k = 0;
-		if (s->slices_left > 0)
+		if (s->cur.left > 0)
 			d[k++] = &s->whole;
 		if (s->flags & SUB_F_FENCE)
 			d[k++] = &s->tail[TAIL_FENCE];
@@ -276,40 +279,46 @@ pump_sub(struct kvt_batch *b, struct kvt_sub *s)
 		d[k++] = &s->tail[TAIL_DONE];
 		return enqueue(b, s->prio, d, k);
 	}
-	while (s->slices_left > 0) {
+	while (s->cur.left > 0) {
 		/* Every port that may carry the next slice is full: the
 		 * rest waits for whichever drains first (kvt_poll,
 		 * kvt_wait).  Urgent work does not wait behind bulk. */
 		if (s->mode == SUB_STRIPED && s->prio != KVT_PRIO_URGENT &&
-		    kvt_stripe_room(usable_ports(&b->req[s->next_req], s->peer)) == 0)
+		    kvt_stripe_room(usable_ports(&b->req[s->cur.req], s->peer)) == 0)
 			return 0;
-		k = desc_get(d, (unsigned int)RTE_MIN(s->slices_left,
+		k = desc_get(d, (unsigned int)RTE_MIN(s->cur.left,
 						      (uint64_t)KVT_BURST));
 		if (k == 0)
 			return 0;
 		for (i = 0; i < k; i++)
-			fill_slice(b, s, d[i]);
-		s->slices_left -= k;
+			fill_slice(b, s, &s->cur, d[i]);
 		if (!enqueue(b, s->prio, d, k))
 			return 0;
 	}
 	return 1;
 }
 
+void
+kvt_sub_cut_begin(const struct kvt_desc *cut, struct kvt_cursor *cur)
+{
+	const struct kvt_sub *s = cut->owner;
+
+	*cur = s->cur;
+}
+
 unsigned int
-kvt_sub_cut(struct kvt_desc *cut, struct kvt_desc **d, unsigned int max,
-	    int *fin)
+kvt_sub_cut(struct kvt_desc *cut, struct kvt_cursor *cur, struct kvt_desc **d,
+	    unsigned int max, int *fin)
 {
 	struct kvt_sub *s = cut->owner;
 	unsigned int k, i;
 
-	k = desc_get(d, (unsigned int)RTE_MIN(s->slices_left, (uint64_t)max));
+	k = desc_get(d, (unsigned int)RTE_MIN(cur->left, (uint64_t)max));
 	for (i = 0; i < k; i++) {
-		fill_slice(s->b, s, d[i]);
+		fill_slice(s->b, s, cur, d[i]);
 		d[i]->prio = cut->prio;
 	}
-	s->slices_left -= k;
-	*fin = s->slices_left == 0;
+	*fin = cur->left == 0;
 	return k;
 }
 

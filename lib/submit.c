@@ -168,7 +168,7 @@ check_xfer(struct kvt_sub *s, struct kvt_peer *p, const struct kvt_xfer *x,
 		lk->mask = r->mask;
 		lk->fallback = r->fallback;
 	}
-	s->slices_left += x->len <= kvt_eng->o.slice ? 1 :
+	s->cur.left += x->len <= kvt_eng->o.slice ? 1 :
 		(x->len + kvt_eng->o.slice - 1) / kvt_eng->o.slice;
 	req_fill(s, r, x->op, x->local, x->remote, x->len);
 	return 0;
@@ -523,14 +523,14 @@ sub_open(struct kvt_batch *b, struct kvt_peer *p, unsigned int nslots,
 	if (s == NULL)
 		return -ENOMEM;
 	/* The descriptors are written by kvt_sub_prepare(), as needed. */
-	memset(&s->b, 0, offsetof(struct kvt_sub, payload) -
+	memset(&s->b, 0, offsetof(struct kvt_sub, info) -
 	       offsetof(struct kvt_sub, b));
 	s->b = b;
 	s->peer = p;
 	s->first = b->used;
 	s->n = nslots;
 	s->pending = nslots;
-	s->next_req = b->used;
+	s->cur.req = b->used;
 	*out = s;
 	return 0;
 }
@@ -746,7 +746,7 @@ kvt_submit_pages(struct kvt_batch *b, struct kvt_peer *p,
 			 (uint64_t)pg->n * pg->page_size);
 		slice = kvt_eng->o.slice;
 		per_page = (pg->page_size + slice - 1) / slice;
-		s->slices_left = (uint64_t)pg->n * per_page;
+		s->cur.left = (uint64_t)pg->n * per_page;
 		s->all_mask = r->mask;
 		s->m1 = req_mem(r);
 		s->ri1 = req_rimp(r);
