@@ -259,12 +259,28 @@ sess_conn_req(struct kvt_session *s, const uint8_t *p, size_t len)
 	return ret;
 }
 
+/* Answer a PING.  A PONG is the same few bytes every time: built once,
+ * not allocated per PING (a peer may send millions). */
+static int
+sess_pong(struct kvt_session *s)
+{
+	static struct kvt_buf pong;	/* the control thread's alone */
+	int ret;
+
+	if (pong.len == 0) {
+		ret = kvt_wire_begin(&pong, KVT_W_PONG);
+		ret |= kvt_wire_end(&pong);
+		if (ret != 0) {
+			kvt_buf_free(&pong);
+			return ret;
+		}
+	}
+	return kvt_sess_queue(s, &pong);
+}
+
 static int
 sess_frame(struct kvt_session *s, uint16_t type, const uint8_t *p, size_t len)
 {
-	struct kvt_buf b = { 0 };
-	int ret;
-
 	if (!s->authed)
 		return type == KVT_W_HELLO ? sess_hello(s, p, len) : -EPROTO;
 	switch (type) {
@@ -275,12 +291,7 @@ sess_frame(struct kvt_session *s, uint16_t type, const uint8_t *p, size_t len)
 		/* Our last answers are still unread: this one adds nothing. */
 		if (sess_backlog(s) > KVT_SESS_TX_SOFT)
 			return 0;
-		ret = kvt_wire_begin(&b, KVT_W_PONG);
-		ret |= kvt_wire_end(&b);
-		if (ret == 0)
-			ret = kvt_sess_queue(s, &b);
-		kvt_buf_free(&b);
-		return ret;
+		return sess_pong(s);
 	case KVT_W_BYE:
 		return -ECONNRESET;
 	case KVT_W_PORT_MSG:
