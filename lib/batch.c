@@ -55,23 +55,14 @@ sub_done(const struct kvt_sub *s)
 	return __atomic_load_n(&s->done, __ATOMIC_ACQUIRE) != 0;
 }
 
-/* Finish what the lcores pushed on the settled stack since the last
- * look; one pushed but whose done word is not stored yet is looked at
- * again next time. */
-static void
-reap_settled_stack(struct kvt_batch *b)
+/* Finish the settled ones of list s (linked by settled_next); @return
+ * the others (pushed before their done word was stored) put on wait. */
+static struct kvt_sub *
+finish_list(struct kvt_batch *b, struct kvt_sub *s, struct kvt_sub *wait)
 {
-	struct kvt_sub *s, *next, *wait = NULL;
+	struct kvt_sub *next;
 
-	if (__atomic_load_n(&b->settled, __ATOMIC_RELAXED) == NULL &&
-	    b->unsettled == NULL)
-		return;
-	s = __atomic_exchange_n(&b->settled, NULL, __ATOMIC_ACQUIRE);
-	for (; s != NULL || b->unsettled != NULL; s = next) {
-		if (s == NULL) {
-			s = b->unsettled;
-			b->unsettled = NULL;
-		}
+	for (; s != NULL; s = next) {
 		next = s->settled_next;
 		b->looked_at++;
 		if (s->finished)
@@ -83,7 +74,23 @@ reap_settled_stack(struct kvt_batch *b)
 			wait = s;
 		}
 	}
-	b->unsettled = wait;
+	return wait;
+}
+
+/* Finish what the lcores pushed on the settled stack since the last
+ * look, and what was pushed earlier but had no done word yet. */
+static void
+reap_settled_stack(struct kvt_batch *b)
+{
+	struct kvt_sub *wait;
+
+	if (__atomic_load_n(&b->settled, __ATOMIC_RELAXED) == NULL &&
+	    b->unsettled == NULL)
+		return;
+	wait = finish_list(b, b->unsettled, NULL);
+	b->unsettled = finish_list(b, __atomic_exchange_n(&b->settled, NULL,
+							  __ATOMIC_ACQUIRE),
+				   wait);
 }
 
 /*
