@@ -639,6 +639,16 @@ struct kvt_port *kvt_port_create(const struct kvt_pmd *pmd, const char *name,
 				 int numa, void *priv);
 
 /**
+ * Is urgent work waiting in the ring of the port's lcore?  A poll that
+ * may run long (bulk copies over many sockets) ends its turn early when
+ * it is, so the lcore hands the urgent work out first.  On the port's
+ * lcore.
+ *
+ * @return 1 or 0.
+ */
+int kvt_port_urgent_waiting(const struct kvt_port *port);
+
+/**
  * Run fn(port, arg) on the port's lcore and wait for it (control path).
  * When the lcores are not running it runs on the caller.
  *

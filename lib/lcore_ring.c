@@ -34,6 +34,14 @@ kvt_lcore_of_port(const struct kvt_port *p)
 	return lcore_by_id[p->lcore];
 }
 
+int
+kvt_port_urgent_waiting(const struct kvt_port *p)
+{
+	const struct kvt_lcore *lc = lcore_by_id[p->lcore];
+
+	return lc != NULL && !rte_ring_empty(lc->ring[KVT_PRIO_URGENT]);
+}
+
 void
 kvt_desc_free(struct kvt_desc *d)
 {

@@ -6,8 +6,8 @@
  * bulk waits its turn (so the first check can fail); bulk keeps a share
  * of the lcore while urgent work waits; bytes arrive intact.  (Over tcp the
  * striping cap alone bounds what an urgent request waits behind, so an
- * ordering test there passes with one ring: scripts/bench-priority
- * measures what tcp's urgent socket buys.)
+ * ordering test there passes with one ring: test_tcp's lane test checks
+ * the target's order, scripts/bench-priority measures what it buys.)
  */
 #include <errno.h>
 #include <inttypes.h>

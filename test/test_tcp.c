@@ -1,19 +1,22 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * The TCP transport on loopback: data, fences and notifications between
- * processes, and a hostile peer that holds a valid token yet sends
- * out-of-range and truncated frames.
+ * processes, a hostile peer that holds a valid token yet sends
+ * out-of-range and truncated frames, and the target's turn over its
+ * sockets (short, the urgent lane first).
  */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <inttypes.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 
@@ -201,8 +204,10 @@ static int
 data_conn(uint16_t port, const uint8_t token[16])
 {
 	struct tcp_hello h = { TCP_HELLO_MAGIC, TCP_HELLO_VERSION, { 0 } };
-	int fd = dial("127.0.0.1", port);
+	int fd = dial("127.0.0.1", port), one = 1;
 
+	/* A frame's payload leaves behind its header at once. */
+	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 	memcpy(h.token, token, 16);
 	xsend(fd, &h, sizeof(h));
 	return fd;
@@ -332,4 +337,159 @@ Test(tcp, fini_with_peer_in_flight, .timeout = 60)
 	cr_assert_eq(kvt_fini(), 0);
 	tc_peer_stop(&t);
 	free(src);
+}
+
+/*
+ * A target's turn over its sockets is short, and the urgent lane goes
+ * first.  This engine is the target (its tcp slices at 16 KiB, so a turn
+ * takes 4 x 16 KiB at most from the data sockets); a client by hand fills
+ * two data sockets with a 32 MiB write each, and puts a 4 KiB urgent write
+ * on its lane, all while the lcore is held.  The lcore then polls until
+ * the urgent write has landed: that must take one poll, with no more than
+ * a turn of the data in place.  A poll that drains every ready socket
+ * (each buffer holds hundreds of KiB here) fails it.
+ */
+#define LANE_SLICE_KB 16
+#define LANE_BIG (32 * MiB)
+#define LANE_SMALL 4096
+
+struct lane_probe {
+	const volatile uint8_t *urgent_end;	/* the urgent write's last byte */
+	const uint8_t *big[2];
+	uint32_t entered, go;
+	unsigned int polls;
+	size_t landed;		/* data bytes in place once it landed */
+};
+
+/* On the lcore: wait for the sockets to fill, then poll as the lcore
+ * would until the urgent write is in place. */
+static int
+lane_poll(struct kvt_port *port, void *arg)
+{
+	struct lane_probe *pr = arg;
+	unsigned int i, waited;
+	size_t n;
+
+	__atomic_store_n(&pr->entered, 1, __ATOMIC_RELEASE);
+	for (waited = 0; !__atomic_load_n(&pr->go, __ATOMIC_ACQUIRE) &&
+	     waited < 30000; waited++)
+		usleep(1000);
+	while (*pr->urgent_end == 0 && pr->polls < 100000) {
+		port->pmd->ops->poll(port);
+		pr->polls++;
+	}
+	for (i = 0; i < 2; i++) {
+		for (n = 0; n < LANE_BIG && pr->big[i][n] != 0; n++)
+			;
+		pr->landed += n;
+	}
+	return 0;
+}
+
+static void *
+lane_holder(void *arg)
+{
+	return (void *)(intptr_t)kvt_port_call(kvt_port_get(0), lane_poll, arg,
+					       60000);
+}
+
+/* A write frame header to addr of len bytes, urgent or not. */
+static void
+write_hdr(struct tcp_hdr *f, const void *addr, uint32_t len, int urgent)
+{
+	memset(f, 0, sizeof(*f));
+	f->type = F_WRITE;
+	f->flags = urgent ? TCP_F_URGENT : 0;
+	f->addr = (uint64_t)(uintptr_t)addr;
+	f->len = len;
+}
+
+/* A whole small write on fd, answered. */
+static void
+small_write(int fd, uint8_t *dst, const uint8_t *payload, int urgent)
+{
+	struct tcp_hdr f, r;
+
+	write_hdr(&f, dst, LANE_SMALL, urgent);
+	xsend(fd, &f, sizeof(f));
+	xsend(fd, payload, LANE_SMALL);
+	cr_assert_eq(xrecv(fd, &r, sizeof(r)), 0);
+	cr_assert_eq(r.status, 0);
+}
+
+/* Send on fd, without blocking, until its buffers are full; @return the
+ * payload bytes sent. */
+static size_t
+fill(int fd, const uint8_t *payload, size_t max)
+{
+	size_t off = 0;
+	ssize_t n;
+
+	while (off < max) {
+		n = send(fd, payload + off, RTE_MIN(max - off, (size_t)65536),
+			 MSG_NOSIGNAL | MSG_DONTWAIT);
+		if (n <= 0)
+			break;
+		off += (size_t)n;
+	}
+	return off;
+}
+
+Test(tcp, urgent_lane_served_first, .timeout = 120)
+{
+	struct lane_probe pr = { 0 };
+	uint8_t token[16], *dst, *payload;
+	size_t len = 2 * LANE_BIG + 2 * LANE_SMALL, sent[2];
+	char ctl[64];
+	struct tcp_hdr f;
+	pthread_t holder;
+	uint16_t dport;
+	int fd[3], i;
+	void *ret;
+
+	cr_assert_geq(tc_engine_init("--kvt-pmd tcp,slice_kb="
+				     RTE_STR(LANE_SLICE_KB) " --kvt-nic lo"), 0);
+	dst = calloc(1, len);
+	payload = malloc(LANE_BIG);
+	cr_assert(dst != NULL && payload != NULL);
+	memset(payload, 0x5a, LANE_BIG);
+	cr_assert_not_null(kvt_mem_register(dst, len, NULL, KVT_MEM_REMOTE_WRITE));
+	cr_assert_gt(kvt_listen_addr(ctl, sizeof(ctl)), 0);
+	handshake(ctl, token, &dport);
+	/* Two data sockets and a lane, each known to the target. */
+	for (i = 0; i < 3; i++) {
+		fd[i] = data_conn(dport, token);
+		small_write(fd[i], dst + 2 * LANE_BIG, payload, i == 2);
+	}
+	memset(dst + 2 * LANE_BIG, 0, LANE_SMALL);
+	pr.urgent_end = dst + 2 * LANE_BIG + LANE_SMALL - 1;
+	pr.big[0] = dst;
+	pr.big[1] = dst + LANE_BIG;
+	cr_assert_eq(pthread_create(&holder, NULL, lane_holder, &pr), 0);
+	while (!__atomic_load_n(&pr.entered, __ATOMIC_ACQUIRE))
+		usleep(100);
+	for (i = 0; i < 2; i++) {
+		write_hdr(&f, pr.big[i], LANE_BIG, 0);
+		xsend(fd[i], &f, sizeof(f));
+		sent[i] = fill(fd[i], payload, LANE_BIG);
+	}
+	write_hdr(&f, dst + 2 * LANE_BIG, LANE_SMALL, 1);
+	xsend(fd[2], &f, sizeof(f));
+	xsend(fd[2], payload, LANE_SMALL);
+	__atomic_store_n(&pr.go, 1, __ATOMIC_RELEASE);
+	cr_assert_eq(pthread_join(holder, &ret), 0);
+	cr_assert_eq((intptr_t)ret, 0);
+	cr_log_info("buffered %zu + %zu bytes of data; the urgent write landed in %u poll(s) with %zu in place",
+		    sent[0], sent[1], pr.polls, pr.landed);
+	cr_assert_gt(sent[0] + sent[1], 8 * (LANE_SLICE_KB << 10),
+		     "the data sockets took only %zu bytes", sent[0] + sent[1]);
+	cr_assert_eq(*pr.urgent_end, 0x5a, "the urgent write did not land");
+	cr_assert_eq(pr.polls, 1, "the urgent write took %u polls", pr.polls);
+	cr_assert_leq(pr.landed, 4 * (LANE_SLICE_KB << 10),
+		      "one poll took %zu bytes of data", pr.landed);
+	for (i = 0; i < 3; i++)
+		close(fd[i]);
+	kvt_fini();
+	free(payload);
+	free(dst);
 }

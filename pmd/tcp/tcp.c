@@ -65,12 +65,12 @@ numa_of(const char *ifname)
 static int
 tcp_probe(const struct kvt_pmd *pmd, const char *args)
 {
-	static const char *const keys[] = { "conns", NULL };
+	static const char *const keys[] = { "conns", "slice_kb", NULL };
 	struct ifaddrs *ifa, *i;
 	struct rte_kvargs *kv;
 	struct tcp_port *tp;
 	char name[32];
-	long conns = 2;
+	long conns = 2, slice_kb = TCP_SLICE_KB;
 	uint32_t mask;
 	int n = 0, ret;
 
@@ -79,6 +79,8 @@ tcp_probe(const struct kvt_pmd *pmd, const char *args)
 		if (kv == NULL)
 			return -EINVAL;
 		ret = kvt_kv_long(kv, "conns", 1, 8, &conns);
+		if (ret == 0)
+			ret = kvt_kv_long(kv, "slice_kb", 4, 16384, &slice_kb);
 		rte_kvargs_free(kv);
 		if (ret < 0)
 			return ret;
@@ -100,7 +102,8 @@ tcp_probe(const struct kvt_pmd *pmd, const char *args)
 		tp->prefix = (uint8_t)__builtin_popcount(mask);
 		/* One socket more, kept for urgent work (tcp_submit). */
 		tp->conns = (unsigned int)conns + 1;
-		tp->lfd = tp->epfd = -1;
+		tp->slice = (uint32_t)slice_kb << 10;
+		tp->lfd = tp->epfd = tp->uepfd = -1;
 		pthread_mutex_init(&tp->lock, NULL);
 		snprintf(name, sizeof(name), "tcp:%s", i->ifa_name);
 		if (kvt_port_create(pmd, name, numa_of(i->ifa_name), tp) == NULL) {
@@ -157,6 +160,15 @@ tcp_start(struct kvt_port *port)
 		return -errno;
 	ev.data.ptr = NULL;	/* NULL: the listening socket */
 	epoll_ctl(tp->epfd, EPOLL_CTL_ADD, tp->lfd, &ev);
+	/* The urgent lanes wait in a set of their own, so a poll finds
+	 * them with one call between two data sockets; the set sits in
+	 * epfd, which is what wakes a waiting lcore. */
+	tp->uepfd = epoll_create1(EPOLL_CLOEXEC);
+	if (tp->uepfd < 0)
+		return -errno;
+	ev.data.ptr = &tp->uepfd;
+	if (epoll_ctl(tp->epfd, EPOLL_CTL_ADD, tp->uepfd, &ev) != 0)
+		return -errno;
 	return 0;
 }
 
@@ -235,6 +247,8 @@ tcp_remove(struct kvt_port *port)
 
 	if (tp->lfd >= 0)
 		close(tp->lfd);
+	if (tp->uepfd >= 0)
+		close(tp->uepfd);
 	if (tp->epfd >= 0)
 		close(tp->epfd);
 	pthread_mutex_destroy(&tp->lock);

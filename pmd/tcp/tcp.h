@@ -3,7 +3,9 @@
  * tcp PMD internals, shared by its files:
  *   tcp.c         probe, port start and stop, memory and endpoints;
  *   tcp_sock.c    the lcore's sockets: sending frames, receiving them
- *                 (both sides), submit and poll;
+ *                 (both sides), submit;
+ *   tcp_poll.c    one turn over a port's sockets (urgent lanes first, a
+ *                 byte budget for the rest) and the idle wait;
  *   tcp_target.c  the target's side: checking and serving a peer's
  *                 frames, answering them, authenticating data sockets;
  *   tcp_conn.c    connections: choosing an endpoint, dialling, tokens,
@@ -48,9 +50,17 @@ extern int tcp_logtype;
 #define TCP_RESP_RING 256
 #define TCP_MAX_INFLIGHT (16u << 20)	/* bytes sent, not acked, per socket */
 #define TCP_CHUNK (1u << 20)	/* payload bytes per recv/send call */
-/* Bytes one socket moves per poll, each way: then the lcore goes round
- * (other sockets, urgent work in its rings) before it takes more. */
-#define TCP_POLL_BUDGET (256u << 10)
+/*
+ * While urgent frames moved on a port in the last TCP_HOT_US, a data
+ * socket moves slice_kb (TCP_SLICE_KB) each way before the lcore looks at
+ * the urgent lanes and its urgent ring again; on a port without urgent
+ * traffic a share is TCP_CHUNK, fewer system calls for the same bytes.  A
+ * turn takes at most TCP_TURN_SHARES shares over all the data sockets,
+ * then the lcore goes round.
+ */
+#define TCP_SLICE_KB 64
+#define TCP_HOT_US (100 * 1000)
+#define TCP_TURN_SHARES 4
 #define TCP_HELLO_US (5 * 1000 * 1000)
 #define TCP_REDIAL_US (100 * 1000)	/* one dial attempt */
 #define TCP_BACKOFF_MIN_MS 250u
@@ -89,6 +99,7 @@ struct tcp_sock {
 	struct tcp_hello hello;
 	uint32_t hello_off;
 	int want_out;		/* EPOLLOUT is in its epoll interest */
+	int urgent;		/* an urgent lane: in the port's uepfd */
 	/* target: responses owed, in order */
 	struct tcp_resp resp[TCP_RESP_RING];
 	uint32_t resp_head, resp_tail;
@@ -116,8 +127,13 @@ struct tcp_port {
 	uint8_t prefix;
 	int lfd;
 	int epfd;
+	int uepfd;		/* urgent lanes, itself in epfd */
+	unsigned int nurgent;	/* sockets in uepfd */
+	uint32_t slice;		/* bytes: TCP_SLICE_KB, slice_kb= */
+	uint64_t hot_until;	/* TSC: urgent frames moved lately */
 	unsigned int conns;	/* sockets per peer: conns=N data + 1 urgent */
 	struct tcp_sock *socks;	/* every socket of the port */
+	unsigned int rot;	/* the first ready socket served next poll */
 	unsigned int nsocks;
 	struct tcp_conn *accepted;	/* token owners */
 	pthread_mutex_t lock;
@@ -149,8 +165,22 @@ ssize_t tcp_sock_sendv(int fd, struct iovec *iov, unsigned int n);
 /* Target: read a new socket's hello and check its token; @return 1
  * (progress), 0 (more to come), -ECONNRESET, -EPROTO, -EACCES. */
 int tcp_sock_auth(struct kvt_port *port, struct tcp_sock *s);
-/* Target: send the answers owed, in order; @return work, or -errno. */
-int tcp_sock_respond(struct tcp_sock *s);
+/* Target: send the answers owed, in order, while *budget bytes last
+ * (it is reduced by what went); @return work, or -errno. */
+int tcp_sock_respond(struct tcp_sock *s, uint32_t *budget);
+/* Both: read what is there while *budget lasts; @return work, -errno. */
+int tcp_sock_recv(struct kvt_port *port, struct tcp_sock *s, uint32_t *budget);
+/* Initiator: send queued frames while *budget lasts; @return work,
+ * -errno. */
+int tcp_sock_send(struct tcp_sock *s, uint32_t *budget);
+/* Lcore: s becomes an urgent lane (on), or a data socket again; @return
+ * 0 or -errno (epoll). */
+int tcp_sock_lane(struct tcp_port *tp, struct tcp_sock *s, int on);
+/* Lcore: an urgent frame moves on tp. */
+void tcp_port_hot(struct tcp_port *tp);
+/* Lcore: serve the port's urgent lanes that have something to read, and
+ * answer them; @return work. */
+unsigned int tcp_urgent_turn(struct kvt_port *port);
 /* The port ops (tcp_sock.c, tcp_conn.c). */
 void tcp_submit(struct kvt_port *port, struct kvt_desc **d, unsigned int n);
 unsigned int tcp_poll(struct kvt_port *port);

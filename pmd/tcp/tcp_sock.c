@@ -112,7 +112,10 @@ tcp_sock_close(struct kvt_port *port, struct tcp_sock *s, int err)
 				port->name, s->server ? "target" : "initiator", s->fd,
 				s->wq != NULL || s->txq != NULL ? "in flight" : "none",
 				strerror(-err));
-		epoll_ctl(tp->epfd, EPOLL_CTL_DEL, s->fd, NULL);
+		epoll_ctl(s->urgent ? tp->uepfd : tp->epfd, EPOLL_CTL_DEL,
+			  s->fd, NULL);
+		tp->nurgent -= s->urgent ? 1 : 0;
+		s->urgent = 0;
 		close(s->fd);
 		s->fd = -1;
 	}
@@ -176,6 +179,7 @@ frame_of(const struct kvt_desc *d, struct tcp_hdr *h)
 		break;
 	}
 	h->addr = d->remote;
+	h->flags = d->prio == KVT_PRIO_URGENT ? TCP_F_URGENT : 0;
 }
 
 static const void *
@@ -184,39 +188,39 @@ payload_of(const struct kvt_desc *d)
 	return d->op == KVT_DESC_NOTIFY ? d->data : d->local;
 }
 
-/* @return work done, or a negative errno for a broken socket. */
-static int
-sock_send(struct kvt_port *port, struct tcp_sock *s)
+int
+tcp_sock_send(struct tcp_sock *s, uint32_t *budget)
 {
 	struct tcp_hdr h;
 	struct iovec iov[2];
 	struct kvt_desc *d;
-	uint32_t plen, total, sent = 0;
+	uint32_t plen, total, cap;
 	ssize_t n;
 	int work = 0;
 
 	while ((d = s->txq) != NULL && s->inflight < TCP_MAX_INFLIGHT &&
-	       sent < TCP_POLL_BUDGET) {
+	       *budget > 0) {
 		frame_of(d, &h);
 		plen = h.type == F_WRITE || h.type == F_NOTIFY ? h.len : 0;
 		tcp_hdr_to_wire(&h);
 		total = (uint32_t)sizeof(h) + plen;
+		cap = RTE_MIN(*budget, TCP_CHUNK);
 		if (s->tx_off < sizeof(h)) {
 			iov[0].iov_base = (uint8_t *)&h + s->tx_off;
 			iov[0].iov_len = sizeof(h) - s->tx_off;
 			iov[1].iov_base = (void *)(uintptr_t)payload_of(d);
-			iov[1].iov_len = RTE_MIN(plen, TCP_CHUNK);
+			iov[1].iov_len = RTE_MIN(plen, cap);
 		} else {
 			iov[0].iov_base = (uint8_t *)(uintptr_t)payload_of(d) +
 				(s->tx_off - sizeof(h));
-			iov[0].iov_len = RTE_MIN(total - s->tx_off, TCP_CHUNK);
+			iov[0].iov_len = RTE_MIN(total - s->tx_off, cap);
 			iov[1].iov_len = 0;
 		}
 		n = tcp_sock_sendv(s->fd, iov, iov[1].iov_len != 0 ? 2 : 1);
 		if (n < 0)
 			return errno == EAGAIN || errno == EINTR ? work : -errno;
 		work++;
-		sent += (uint32_t)n;
+		*budget -= RTE_MIN((uint32_t)n, *budget);
 		s->tx_off += (uint32_t)n;
 		if (s->tx_off < total)
 			continue;
@@ -233,7 +237,6 @@ sock_send(struct kvt_port *port, struct tcp_sock *s)
 		s->wq_tail = d;
 		s->inflight += d->len;
 	}
-	RTE_SET_USED(port);
 	return work;
 }
 
@@ -376,18 +379,18 @@ consume(struct kvt_port *port, struct tcp_sock *s)
 /*
  * Read what is there.  Headers and small frames come through a buffer,
  * so many acknowledgements cost one call; a large payload is received
- * straight into its destination.  @return work done or a negative errno.
+ * straight into its destination.
  */
-static int
-sock_recv(struct kvt_port *port, struct tcp_sock *s)
+int
+tcp_sock_recv(struct kvt_port *port, struct tcp_sock *s, uint32_t *budget)
 {
 	unsigned int tok = 0;
-	uint32_t want, got = 0;
+	uint32_t want;
 	uint8_t *dst;
 	ssize_t n;
 	int work = 0, ret;
 
-	for (; got < TCP_POLL_BUDGET; got += (uint32_t)n) {
+	while (*budget > 0) {
 		if (s->rb_off < s->rb_len) {
 			ret = consume(port, s);
 			if (ret < 0)
@@ -398,7 +401,7 @@ sock_recv(struct kvt_port *port, struct tcp_sock *s)
 		    (s->server && s->resp_tail - s->resp_head == TCP_RESP_RING))
 			return work;
 		if (s->rh_off == sizeof(s->rh) && s->rx_left >= sizeof(s->rbuf)) {
-			want = RTE_MIN(s->rx_left, TCP_CHUNK);
+			want = RTE_MIN(RTE_MIN(s->rx_left, TCP_CHUNK), *budget);
 			if (s->server)
 				tok = kvt_target_begin();
 			dst = payload_dst(port, s, &want);
@@ -428,44 +431,39 @@ sock_recv(struct kvt_port *port, struct tcp_sock *s)
 			return -ECONNRESET;
 		if (n < 0)
 			return errno == EAGAIN || errno == EINTR ? work : -errno;
+		*budget -= RTE_MIN((uint32_t)n, *budget);
 		work++;
 	}
 	return work;
 }
 
-static void
-accept_all(struct kvt_port *port)
-{
-	struct tcp_port *tp = port->priv;
-	int fd;
-
-	while ((fd = accept4(tp->lfd, NULL, NULL,
-			     SOCK_NONBLOCK | SOCK_CLOEXEC)) >= 0) {
-		tcp_tune(fd, tp);
-		if (tcp_sock_add(tp, fd, 1) == NULL)
-			close(fd);
-	}
-}
-
 /* ---- the lcore ---- */
 
 /*
- * Urgent work goes on the connection's last socket, which nothing else
- * uses while it has two or more: a large slice in another socket's send
- * buffer (megabytes, in the kernel) cannot hold it up.  Data slices go
- * round the other sockets; fences and notifications take the first (the
- * engine sends them only after the data they follow completed).
+ * Urgent work goes on the connection's last socket, its urgent lane, which
+ * nothing else uses while it has two or more: a large slice in another
+ * socket's send buffer (megabytes, in the kernel) cannot hold it up, and
+ * the lane is served ahead of the data sockets on both ends (tcp_poll.c).
+ * Data slices go round the other sockets; fences and notifications take
+ * the first (the engine sends them only after the data they follow
+ * completed).
  */
 static struct tcp_sock *
-pick_sock(struct tcp_conn *c, const struct kvt_desc *d)
+pick_sock(struct tcp_port *tp, struct tcp_conn *c, const struct kvt_desc *d)
 {
 	unsigned int n = c->nsocks > 1 ? c->nsocks - 1 : 1;
+	struct tcp_sock *s;
 
 	if (d->prio == KVT_PRIO_URGENT)
-		return c->socks[c->nsocks - 1];
-	if (d->op == KVT_DESC_WRITE || d->op == KVT_DESC_READ)
-		return c->socks[c->rr++ % n];
-	return c->socks[0];
+		s = c->socks[c->nsocks - 1];
+	else if (d->op == KVT_DESC_WRITE || d->op == KVT_DESC_READ)
+		s = c->socks[c->rr++ % n];
+	else
+		s = c->socks[0];
+	/* The lane moves when sockets come and go; a failed move only
+	 * costs its place in the order. */
+	tcp_sock_lane(tp, s, d->prio == KVT_PRIO_URGENT && c->nsocks > 1);
+	return s;
 }
 
 void
@@ -473,6 +471,7 @@ tcp_submit(struct kvt_port *port, struct kvt_desc **d, unsigned int n)
 {
 	struct tcp_conn *c;
 	struct tcp_sock *s;
+	uint32_t budget;
 	unsigned int i;
 
 	for (i = 0; i < n; i++) {
@@ -481,7 +480,7 @@ tcp_submit(struct kvt_port *port, struct kvt_desc **d, unsigned int n)
 			kvt_desc_complete(port, d[i], -ECONNRESET);
 			continue;
 		}
-		s = pick_sock(c, d[i]);
+		s = pick_sock(port->priv, c, d[i]);
 		if (s->txq == NULL)
 			s->since = rte_get_tsc_cycles();
 		d[i]->next = NULL;
@@ -490,137 +489,13 @@ tcp_submit(struct kvt_port *port, struct kvt_desc **d, unsigned int n)
 		else
 			s->txq = d[i];
 		s->txq_tail = d[i];
-	}
-}
-
-/* Did the peer answer on its control connection after TSC time t? */
-static int
-heard_since(const struct kvt_conn *c, uint64_t t)
-{
-	uint64_t heard = kvt_conn_heard_us(c);
-	uint64_t t_us = (uint64_t)((__uint128_t)t * 1000000 / rte_get_tsc_hz());
-
-	return heard > t_us;
-}
-
-/* @return 0, or the error that fails what a stuck socket holds. */
-static int
-sock_stuck(const struct tcp_port *tp, const struct tcp_sock *s, uint64_t now)
-{
-	if (!s->authed)
-		return now - s->since > rte_get_tsc_hz() / 1000000 * TCP_HELLO_US ?
-			-ETIMEDOUT : 0;
-	if (s->wq == NULL && s->txq == NULL)
-		return 0;
-	/* The peer was declared lost (no answer on the control
-	 * connection): what waits here fails now, not a timeout later. */
-	if (!s->server && s->conn != NULL &&
-	    __atomic_load_n(&s->conn->c.dead, __ATOMIC_ACQUIRE))
-		return -ECONNRESET;
-	/* Waiting for an answer that does not come: the link is gone.  If
-	 * the peer still answers on its control connection since this
-	 * socket last moved, it is this link, and a quarter of the timeout
-	 * is proof enough: its work moves to the live links sooner. */
-	if (now - s->since > tp->timeout_tsc / 4 && s->conn != NULL &&
-	    !s->server && heard_since(&s->conn->c, s->since))
-		return -ETIMEDOUT;
-	return now - s->since > tp->timeout_tsc ? -ETIMEDOUT : 0;
-}
-
-unsigned int
-tcp_poll(struct kvt_port *port)
-{
-	struct tcp_port *tp = port->priv;
-	struct epoll_event ev[64];
-	struct tcp_sock *s, *next;
-	uint64_t now;
-	unsigned int work = 0;
-	int n, i, ret;
-
-	if (tp->epfd < 0)
-		return 0;
-	n = epoll_wait(tp->epfd, ev, RTE_DIM(ev), 0);
-	for (i = 0; i < n; i++) {
-		s = ev[i].data.ptr;
-		if (s == NULL) {
-			accept_all(port);
+		/* An urgent frame leaves now, not at the next poll; a
+		 * broken socket is found and closed there. */
+		if (d[i]->prio != KVT_PRIO_URGENT)
 			continue;
-		}
-		/* Before its hello a socket has one deadline, however
-		 * slowly it dribbles bytes. */
-		if (s->authed)
-			s->since = rte_get_tsc_cycles();
-		ret = s->authed ? sock_recv(port, s) : tcp_sock_auth(port, s);
-		if (ret < 0)
-			tcp_sock_close(port, s, ret == -EPROTO ? -EIO : -ECONNRESET);
-		else
-			work += (unsigned int)ret;
+		tcp_port_hot(port->priv);
+		budget = ((struct tcp_port *)port->priv)->slice;
+		if (s->urgent)
+			(void)tcp_sock_send(s, &budget);
 	}
-	now = rte_get_tsc_cycles();
-	for (s = tp->socks; s != NULL; s = next) {
-		next = s->next;
-		ret = 0;
-		if (s->authed && s->server) {
-			ret = tcp_sock_respond(s);
-			/* Frames held back while answers were owed. */
-			if (ret >= 0 && s->rb_off < s->rb_len)
-				ret = sock_recv(port, s);
-		} else if (s->authed) {
-			ret = sock_send(port, s);
-		}
-		if (ret < 0) {
-			tcp_sock_close(port, s, -ECONNRESET);
-			continue;
-		}
-		work += (unsigned int)ret;
-		ret = sock_stuck(tp, s, now);
-		if (ret != 0)
-			tcp_sock_close(port, s, ret);
-	}
-	return work;
-}
-
-/* Does s wait for room in its socket buffer (not for acks)? */
-static int
-sock_blocked(const struct tcp_sock *s)
-{
-	if (!s->authed)
-		return 0;
-	if (s->server)
-		return s->resp_head != s->resp_tail;
-	return s->txq != NULL && s->inflight < TCP_MAX_INFLIGHT;
-}
-
-/*
- * The port's epoll set wakes a waiting lcore: frames, answers and new
- * connections come in on it (EPOLLIN); a socket whose sends blocked asks
- * for EPOLLOUT until they went.  Work in flight keeps the timers that
- * sock_stuck() runs.
- */
-uint64_t
-tcp_idle(struct kvt_port *port, int *fd)
-{
-	struct tcp_port *tp = port->priv;
-	struct epoll_event ev = { 0 };
-	uint64_t us = KVT_IDLE_FOREVER;
-	uint64_t tick_us = (uint64_t)kvt_pmd_env()->timeout_ms * 1000 / 8;
-	struct tcp_sock *s;
-	int out;
-
-	*fd = tp->epfd;
-	for (s = tp->socks; s != NULL; s = s->next) {
-		out = sock_blocked(s);
-		if (out != s->want_out) {
-			ev.events = EPOLLIN | (out ? EPOLLOUT : 0);
-			ev.data.ptr = s;
-			if (epoll_ctl(tp->epfd, EPOLL_CTL_MOD, s->fd, &ev) != 0)
-				return 0;	/* cannot be woken: keep polling */
-			s->want_out = out;
-		}
-		if (!s->authed)
-			us = RTE_MIN(us, (uint64_t)TCP_HELLO_US / 8);
-		else if (s->wq != NULL || s->txq != NULL)
-			us = RTE_MIN(us, RTE_MAX(tick_us, 1000u));
-	}
-	return us;
 }

@@ -39,6 +39,11 @@ tcp_serve_header(struct kvt_port *port, struct tcp_sock *s)
 	tcp_hdr_from_wire(h);
 	if (tcp_request_check(h, &s->rx_left) < 0)
 		return -EPROTO;	/* not a request, or absurd: hang up */
+	/* The initiator's urgent lane: served first from now on (a
+	 * failed move only costs its place in the order). */
+	tcp_sock_lane(port->priv, s, !!(h->flags & TCP_F_URGENT));
+	if (h->flags & TCP_F_URGENT)
+		tcp_port_hot(port->priv);
 	s->rx_done = 0;
 	s->rx_status = 0;
 	if (h->type == F_WRITE) {
@@ -49,7 +54,6 @@ tcp_serve_header(struct kvt_port *port, struct tcp_sock *s)
 		 * says why, the connection goes on. */
 		s->rx_status = ok ? 0 : -ERANGE;
 	}
-	RTE_SET_USED(port);
 	return 0;
 }
 
@@ -135,7 +139,7 @@ send_acks(struct tcp_sock *s)
 
 /* Target: send the responses owed, in order. */
 int
-tcp_sock_respond(struct tcp_sock *s)
+tcp_sock_respond(struct tcp_sock *s, uint32_t *budget)
 {
 	struct tcp_resp *r;
 	struct tcp_hdr h;
@@ -144,13 +148,15 @@ tcp_sock_respond(struct tcp_sock *s)
 	unsigned int tok;
 	uint8_t *p = NULL;
 	ssize_t n;
+	uint32_t cap;
 	int work = 0;
 
-	while (s->resp_head != s->resp_tail) {
+	while (s->resp_head != s->resp_tail && *budget > 0) {
 		n = send_acks(s);
 		if (n < 0)
 			return errno == EAGAIN || errno == EINTR ? work : -errno;
 		if (n > 0) {
+			*budget -= RTE_MIN((uint32_t)n, *budget);
 			work++;
 			continue;
 		}
@@ -169,14 +175,15 @@ tcp_sock_respond(struct tcp_sock *s)
 				continue;
 			}
 		}
+		cap = RTE_MIN(*budget, TCP_CHUNK);
 		if (r->off < sizeof(h)) {
 			iov[0].iov_base = (uint8_t *)&h + r->off;
 			iov[0].iov_len = sizeof(h) - r->off;
 			iov[1].iov_base = p;
-			iov[1].iov_len = p != NULL ? RTE_MIN(r->h.len, TCP_CHUNK) : 0;
+			iov[1].iov_len = p != NULL ? RTE_MIN(r->h.len, cap) : 0;
 		} else {
 			iov[0].iov_base = p != NULL ? p + (r->off - sizeof(h)) : NULL;
-			iov[0].iov_len = RTE_MIN(total - r->off, TCP_CHUNK);
+			iov[0].iov_len = RTE_MIN(total - r->off, cap);
 			iov[1].iov_len = 0;
 		}
 		n = p == NULL && r->off >= sizeof(h) ? -1 :
@@ -186,6 +193,7 @@ tcp_sock_respond(struct tcp_sock *s)
 			return p == NULL && r->off >= sizeof(h) ? -EIO :
 				(errno == EAGAIN || errno == EINTR ? work : -errno);
 		work++;
+		*budget -= RTE_MIN((uint32_t)n, *budget);
 		r->off += (uint32_t)n;
 		if (r->off == total)
 			s->resp_head++;

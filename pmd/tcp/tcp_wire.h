@@ -13,6 +13,10 @@
 #define TCP_MAX_FRAME (64u << 20)	/* payload of one frame */
 #define TCP_HELLO_VERSION 1u
 
+/* A request of the urgent class: the target serves its socket ahead of
+ * the others from then on (an older peer sends 0 here). */
+#define TCP_F_URGENT 0x01u
+
 /* Requests are odd, their answers the next even number. */
 enum tcp_frame_type {
 	F_WRITE = 1,
@@ -30,7 +34,8 @@ enum tcp_frame_type {
  * payload bytes after it. */
 struct tcp_hdr {
 	uint8_t type;
-	uint8_t rsvd[3];
+	uint8_t flags;		/* requests: TCP_F_URGENT */
+	uint8_t rsvd[2];
 	int32_t status;		/* answers: 0 or a negative errno */
 	uint64_t addr;
 	uint64_t aux;		/* FENCE: the room id; READ: the length */
