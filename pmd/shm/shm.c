@@ -4,7 +4,8 @@
  *
  * A region allocated with kvt_mem_alloc() is a memfd; a same-host peer
  * maps it through /proc/<pid>/fd/<n> (checking the inode, so a recycled fd
- * number cannot map the wrong file) and the lcore copies with memcpy.
+ * number cannot map the wrong file) and the lcore copies with memcpy, or
+ * with streaming stores for bulk-class writes (copy_stream()).
  * Memory registered from elsewhere (malloc, a framework's allocator) has
  * no fd to share: it is reached with process_vm_writev/readv, which costs
  * a system call per slice and needs ptrace permission over the peer;
@@ -24,6 +25,9 @@
 #include <sys/uio.h>
 
 #include <rte_kvargs.h>
+#if defined(__x86_64__)
+#include <emmintrin.h>
+#endif
 
 #include "kvt_pmd.h"
 
@@ -102,6 +106,43 @@ cma_copy(const struct shm_rmap *rmap, const struct kvt_desc *d)
 	return errno == ESRCH ? -ECONNRESET : errno == EPERM ? -EPERM : -EIO;
 }
 
+/* Bulk-class writes of this size or more stream past the cache. */
+#define SHM_STREAM_MIN (16u << 10)
+
+/*
+ * Copy with streaming stores: the destination is not read into the cache
+ * first and does not push out what urgent work keeps there (rings,
+ * descriptors, its own data).  The fence orders the stores before the
+ * completion the caller stores next.
+ */
+static void
+copy_stream(uint8_t *dst, const uint8_t *src, size_t len)
+{
+#if defined(__x86_64__)
+	size_t head = RTE_MIN((16 - ((uintptr_t)dst & 15)) & 15, len), i;
+
+	memcpy(dst, src, head);
+	dst += head;
+	src += head;
+	len -= head;
+	for (i = 0; i + 64 <= len; i += 64) {
+		__m128i a = _mm_loadu_si128((const __m128i *)(src + i));
+		__m128i b = _mm_loadu_si128((const __m128i *)(src + i + 16));
+		__m128i c = _mm_loadu_si128((const __m128i *)(src + i + 32));
+		__m128i e = _mm_loadu_si128((const __m128i *)(src + i + 48));
+
+		_mm_stream_si128((__m128i *)(dst + i), a);
+		_mm_stream_si128((__m128i *)(dst + i + 16), b);
+		_mm_stream_si128((__m128i *)(dst + i + 32), c);
+		_mm_stream_si128((__m128i *)(dst + i + 48), e);
+	}
+	memcpy(dst + i, src + i, len - i);
+	_mm_sfence();
+#else
+	memcpy(dst, src, len);
+#endif
+}
+
 static int
 shm_do(struct kvt_port *port, struct kvt_desc *d)
 {
@@ -123,7 +164,10 @@ shm_do(struct kvt_port *port, struct kvt_desc *d)
 	at = rmap->map.base + (d->remote - d->rm->base);
 	switch (d->op) {
 	case KVT_DESC_WRITE:
-		memcpy(at, d->local, d->len);
+		if (d->prio == KVT_PRIO_BULK && d->len >= SHM_STREAM_MIN)
+			copy_stream(at, d->local, d->len);
+		else
+			memcpy(at, d->local, d->len);
 		break;
 	case KVT_DESC_READ:
 		memcpy(d->local, at, d->len);
