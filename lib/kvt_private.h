@@ -29,9 +29,11 @@ extern int kvt_logtype;
 #define KVT_MAX_PMD_ARGS 8
 #define KVT_BURST 32
 /* Bulk descriptors an lcore hands to its ports between two looks at its
- * urgent ring: urgent work waits that long at most (2 x 64 KiB copies
- * over shm). */
-#define KVT_BULK_STEP 2
+ * urgent ring, and the largest bulk slice an lcore cuts (ordered ports):
+ * urgent work waits behind one such copy at most (16 KiB over shm, a few
+ * microseconds), while bulk pays one more slice per 16 KiB. */
+#define KVT_BULK_STEP 1
+#define KVT_BULK_SLICE (16u << 10)
 #define KVT_PRIO_CLASSES 3
 /* How long an lcore stays hot after its last work before its idle policy
  * applies ("wait:US" sets it for the wait policy), and how often a

@@ -83,14 +83,14 @@ enqueue(struct kvt_batch *b, enum kvt_prio prio, struct kvt_desc **d,
 	return b->stash == NULL;
 }
 
-/* The next slice of s, from cur, into d. */
+/* The next slice of s, from cur, at most max bytes, into d. */
 static void
 fill_slice(struct kvt_batch *b, struct kvt_sub *s, struct kvt_cursor *cur,
-	   struct kvt_desc *d)
+	   uint32_t max, struct kvt_desc *d)
 {
 	struct kvt_req *r = &b->req[cur->req];
 	uint64_t left = r->x.len - cur->off, page, in, ps;
-	uint32_t len = (uint32_t)RTE_MIN(left, (uint64_t)kvt_eng->o.slice);
+	uint32_t len = (uint32_t)RTE_MIN(left, (uint64_t)max);
 
 	if (s->pages != NULL) {
 		/* A slice never crosses a page: pages are scattered. */
@@ -291,19 +291,30 @@ pump_sub(struct kvt_batch *b, struct kvt_sub *s)
 		if (k == 0)
 			return 0;
 		for (i = 0; i < k; i++)
-			fill_slice(b, s, &s->cur, d[i]);
+			fill_slice(b, s, &s->cur, kvt_eng->o.slice, d[i]);
 		if (!enqueue(b, s->prio, d, k))
 			return 0;
 	}
 	return 1;
 }
 
+/* The largest slice the lcore cuts for a submission of class prio. */
+static uint32_t
+cut_size(uint8_t prio)
+{
+	return prio == KVT_PRIO_BULK ?
+		RTE_MIN(kvt_eng->o.slice, KVT_BULK_SLICE) : kvt_eng->o.slice;
+}
+
 void
 kvt_sub_cut_begin(const struct kvt_desc *cut, struct kvt_cursor *cur)
 {
 	const struct kvt_sub *s = cut->owner;
+	uint32_t size = cut_size(cut->prio);
 
+	/* left counted slices of --kvt-slice: at most this many of size. */
 	*cur = s->cur;
+	cur->left *= (kvt_eng->o.slice + size - 1) / size;
 }
 
 unsigned int
@@ -311,15 +322,19 @@ kvt_sub_cut(struct kvt_desc *cut, struct kvt_cursor *cur, struct kvt_desc **d,
 	    unsigned int max, int *fin)
 {
 	struct kvt_sub *s = cut->owner;
+	uint32_t size = cut_size(cut->prio), end = s->first + s->n;
 	unsigned int k, i;
 
 	k = desc_get(d, (unsigned int)RTE_MIN(cur->left, (uint64_t)max));
-	for (i = 0; i < k; i++) {
-		fill_slice(s->b, s, cur, d[i]);
+	for (i = 0; i < k && cur->req < end; i++) {
+		fill_slice(s->b, s, cur, size, d[i]);
 		d[i]->prio = cut->prio;
 	}
-	*fin = cur->left == 0;
-	return k;
+	/* Smaller slices were counted generously: give back the rest. */
+	if (i < k)
+		rte_mempool_put_bulk(kvt_eng->pool, (void **)&d[i], k - i);
+	*fin = cur->req == end;
+	return i;
 }
 
 void
