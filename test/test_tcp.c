@@ -17,7 +17,9 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
+#include <linux/sockios.h>
 #include <sys/wait.h>
 
 #include <criterion/criterion.h>
@@ -417,6 +419,19 @@ small_write(int fd, uint8_t *dst, const uint8_t *payload, int urgent)
 	cr_assert_eq(r.status, 0);
 }
 
+/* Until the peer's kernel acknowledged all we sent on fd (at most 5 s). */
+static void
+acked(int fd)
+{
+	int left, i;
+
+	for (i = 0; i < 5000; i++) {
+		if (ioctl(fd, SIOCOUTQ, &left) != 0 || left == 0)
+			break;
+		usleep(1000);
+	}
+}
+
 /* Send on fd, without blocking, until its buffers are full; @return the
  * payload bytes sent. */
 static size_t
@@ -476,6 +491,8 @@ Test(tcp, urgent_lane_served_first, .timeout = 120)
 	write_hdr(&f, dst + 2 * LANE_BIG, LANE_SMALL, 1);
 	xsend(fd[2], &f, sizeof(f));
 	xsend(fd[2], payload, LANE_SMALL);
+	/* The urgent write waits in the target's socket, not in ours. */
+	acked(fd[2]);
 	__atomic_store_n(&pr.go, 1, __ATOMIC_RELEASE);
 	cr_assert_eq(pthread_join(holder, &ret), 0);
 	cr_assert_eq((intptr_t)ret, 0);
