@@ -176,6 +176,13 @@ int tcp_sock_send(struct tcp_sock *s, uint32_t *budget);
 /* Lcore: s becomes an urgent lane (on), or a data socket again; @return
  * 0 or -errno (epoll). */
 int tcp_sock_lane(struct tcp_port *tp, struct tcp_sock *s, int on);
+/* n bytes moved: take them from *budget (never below 0). */
+static inline void
+tcp_spend(uint32_t *budget, size_t n)
+{
+	*budget -= (uint32_t)RTE_MIN(n, (size_t)*budget);
+}
+
 /* Lcore: an urgent frame moves on tp. */
 void tcp_port_hot(struct tcp_port *tp);
 /* Lcore: serve the port's urgent lanes that have something to read, and

@@ -220,7 +220,7 @@ tcp_sock_send(struct tcp_sock *s, uint32_t *budget)
 		if (n < 0)
 			return errno == EAGAIN || errno == EINTR ? work : -errno;
 		work++;
-		*budget -= RTE_MIN((uint32_t)n, *budget);
+		tcp_spend(budget, (size_t)n);
 		s->tx_off += (uint32_t)n;
 		if (s->tx_off < total)
 			continue;
@@ -431,7 +431,7 @@ tcp_sock_recv(struct kvt_port *port, struct tcp_sock *s, uint32_t *budget)
 			return -ECONNRESET;
 		if (n < 0)
 			return errno == EAGAIN || errno == EINTR ? work : -errno;
-		*budget -= RTE_MIN((uint32_t)n, *budget);
+		tcp_spend(budget, (size_t)n);
 		work++;
 	}
 	return work;

@@ -156,7 +156,7 @@ tcp_sock_respond(struct tcp_sock *s, uint32_t *budget)
 		if (n < 0)
 			return errno == EAGAIN || errno == EINTR ? work : -errno;
 		if (n > 0) {
-			*budget -= RTE_MIN((uint32_t)n, *budget);
+			tcp_spend(budget, (size_t)n);
 			work++;
 			continue;
 		}
@@ -193,7 +193,7 @@ tcp_sock_respond(struct tcp_sock *s, uint32_t *budget)
 			return p == NULL && r->off >= sizeof(h) ? -EIO :
 				(errno == EAGAIN || errno == EINTR ? work : -errno);
 		work++;
-		*budget -= RTE_MIN((uint32_t)n, *budget);
+		tcp_spend(budget, (size_t)n);
 		r->off += (uint32_t)n;
 		if (r->off == total)
 			s->resp_head++;
