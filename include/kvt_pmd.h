@@ -168,6 +168,17 @@ int kvt_conn_tail_take(struct kvt_conn *c, uint32_t seq);
  *  (no room): let a later copy act. */
 void kvt_conn_tail_forget(struct kvt_conn *c, uint32_t seq);
 
+/**
+ * Target side, any thread: did the tail numbered seq act here (taken with
+ * kvt_conn_tail_take() and not forgotten)?  Answers an initiator that
+ * lost a tail's answer with its link, once nothing can carry that tail
+ * here any more, so both ends agree on whether it landed.
+ *
+ * @return 1 it acted (also for a number too old to tell, which
+ *   kvt_conn_tail_take() would act on), 0 it did not, or seq is 0.
+ */
+int kvt_conn_tail_taken(struct kvt_conn *c, uint32_t seq);
+
 /** One endpoint the other engine announced for a PMD. */
 struct kvt_endpoint {
 	char port_name[32];
@@ -650,10 +661,15 @@ int kvt_port_urgent_waiting(const struct kvt_port *port);
 
 /**
  * Run fn(port, arg) on the port's lcore and wait for it (control path).
- * When the lcores are not running it runs on the caller.
+ * When the lcores are not running it runs on the caller.  A call the
+ * lcore has not started within timeout_ms is withdrawn: it never runs,
+ * so arg may live on the caller's stack.  One it started is waited for.
+ * timeout_ms 0 waits as long as it takes (for what must run, such as
+ * detaching state before it is freed).
  *
- * @return fn's result, or -ETIMEDOUT when the lcore did not run it within
- *   timeout_ms.
+ * @return fn's result, or -ETIMEDOUT when the lcore did not start it
+ *   within timeout_ms (fn did not run and never will), -ENOBUFS (too
+ *   many calls queued), -ENOMEM.
  */
 int kvt_port_call(struct kvt_port *port, int (*fn)(struct kvt_port *, void *),
 		  void *arg, unsigned int timeout_ms);

@@ -497,6 +497,8 @@ void kvt_once_free(struct kvt_once *o);
 /* @return 1 when seq is new (now taken), 0 for a copy. */
 int kvt_once_take(struct kvt_once *o, uint32_t seq);
 void kvt_once_forget(struct kvt_once *o, uint32_t seq);
+/* Did the tail numbered seq act?  (Below the window: 1, as take acts.) */
+int kvt_once_taken(struct kvt_once *o, uint32_t seq);
 
 int kvt_ctl_start(void);
 void kvt_ctl_stop(void);

@@ -37,7 +37,12 @@ struct kvt_call {
 	uint32_t state;		/* CALL_* */
 };
 
-enum { CALL_PENDING, CALL_DONE, CALL_ABANDONED };
+/*
+ * A call is taken (PENDING -> RUNNING) before it runs, or abandoned
+ * (PENDING -> ABANDONED) by a caller that waited long enough: never both,
+ * so fn never runs with an argument its caller no longer holds.
+ */
+enum { CALL_PENDING, CALL_RUNNING, CALL_DONE, CALL_ABANDONED };
 
 int
 kvt_lcore_tid(unsigned int idx)
@@ -90,11 +95,14 @@ run_call(struct kvt_call *c)
 {
 	uint32_t expect = CALL_PENDING;
 
+	if (!__atomic_compare_exchange_n(&c->state, &expect, CALL_RUNNING, false,
+					 __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+		free(c);	/* the caller gave up waiting: not run */
+		return;
+	}
 	c->ret = c->fn(c->port, c->arg);
 	settle(c->port);
-	if (!__atomic_compare_exchange_n(&c->state, &expect, CALL_DONE, false,
-					 __ATOMIC_RELEASE, __ATOMIC_ACQUIRE))
-		free(c);	/* the caller gave up waiting */
+	__atomic_store_n(&c->state, CALL_DONE, __ATOMIC_RELEASE);
 }
 
 /* The port calls queued so far; @return how many ran. */
@@ -648,13 +656,14 @@ kvt_port_call(struct kvt_port *port, int (*fn)(struct kvt_port *, void *),
 	}
 	kvt_lcore_wake(lc);
 	deadline = kvt_now_us() + (uint64_t)timeout_ms * 1000;
-	while (__atomic_load_n(&c->state, __ATOMIC_ACQUIRE) == CALL_PENDING) {
-		if (kvt_now_us() > deadline &&
+	/* Once the lcore took the call it finishes it: wait for that. */
+	while (__atomic_load_n(&c->state, __ATOMIC_ACQUIRE) != CALL_DONE) {
+		if (timeout_ms != 0 && kvt_now_us() > deadline &&
 		    __atomic_compare_exchange_n(&c->state, &expect,
 						CALL_ABANDONED, false,
 						__ATOMIC_ACQ_REL,
 						__ATOMIC_ACQUIRE)) {
-			KVT_LOG(ERR, "port %s: lcore %u did not answer in %u ms",
+			KVT_LOG(ERR, "port %s: lcore %u did not take a call in %u ms (not run)",
 				port->name, port->lcore, timeout_ms);
 			return -ETIMEDOUT;
 		}

@@ -81,6 +81,26 @@ kvt_once_take(struct kvt_once *o, uint32_t seq)
 	return fresh;
 }
 
+int
+kvt_once_taken(struct kvt_once *o, uint32_t seq)
+{
+	int taken;
+
+	if (seq == 0)
+		return 0;
+	rte_spinlock_lock(&o->lock);
+	/* Past the window's top: not seen.  Below its bottom: we cannot
+	 * tell, and say taken, as kvt_once_take() acts on such a copy. */
+	if ((int32_t)(seq - o->hi) > 0)
+		taken = 0;
+	else if (o->hi - seq >= ONCE_BITS)
+		taken = 1;
+	else
+		taken = !!(o->bits[(seq % ONCE_BITS) / 64] & (1ull << (seq % 64)));
+	rte_spinlock_unlock(&o->lock);
+	return taken;
+}
+
 void
 kvt_once_forget(struct kvt_once *o, uint32_t seq)
 {
@@ -99,6 +119,15 @@ kvt_conn_tail_take(struct kvt_conn *c, uint32_t seq)
 
 	return c->accepted && s != NULL && s->once != NULL ?
 		kvt_once_take(s->once, seq) : 1;
+}
+
+int
+kvt_conn_tail_taken(struct kvt_conn *c, uint32_t seq)
+{
+	struct kvt_session *s = c->owner;
+
+	return c->accepted && s != NULL && s->once != NULL ?
+		kvt_once_taken(s->once, seq) : 0;
 }
 
 void

@@ -31,6 +31,13 @@
  *   forge I BASE             believe the open peer's region I starts at BASE
  *                            (hex): only the NIC can refuse what follows
  *   unreg ID                 kvt_mem_unregister result
+ *   scan ID NB BS US         receiver of rounds (rounds.c): scan region ID
+ *                            as NB blocks of BS bytes (fence slot b for
+ *                            block b) for US microseconds -> its counts
+ *   rounds ID NB BS RADDR FENCE US   sender of rounds: rewrite the open
+ *                            peer's NB blocks at RADDR (hex) from region
+ *                            ID, fenced in table FENCE (hex), for US
+ *                            microseconds -> its counts
  *   quit
  */
 #include <errno.h>
@@ -45,6 +52,7 @@
 #include "kvt.h"
 #include "kvt_private.h"
 #include "test_common.h"
+#include "rounds.h"
 #ifdef KVT_HAVE_CUDA
 #include <cuda_runtime_api.h>
 #include "test_cuda.h"
@@ -336,6 +344,32 @@ cmd_forge(unsigned int i, uint64_t base)
 		printf("ok\n");
 }
 
+static void
+cmd_scan(unsigned int id, uint32_t nb, uint64_t bs, uint64_t us)
+{
+	char out[256];
+
+	if (!id_ok(id, 0, nb * bs) || mem[id].dev >= 0 ||
+	    tc_rounds_scan(mem[id].p, nb, bs, ft, us, out, sizeof(out)) < 0)
+		printf("err args\n");
+	else
+		printf("ok %s\n", out);
+}
+
+static void
+cmd_rounds(unsigned int id, uint32_t nb, uint64_t bs, uint64_t raddr,
+	   uint64_t fence, uint64_t us)
+{
+	char out[256];
+
+	if (peer == NULL || !id_ok(id, 0, nb * bs) || mem[id].dev >= 0 ||
+	    tc_rounds_send(peer, mem[id].p, nb, bs, raddr, fence, us, out,
+			   sizeof(out)) < 0)
+		printf("err args\n");
+	else
+		printf("ok %s\n", out);
+}
+
 static int
 dispatch(char *line)
 {
@@ -396,6 +430,11 @@ dispatch(char *line)
 		cmd_write(id, x, w, y);
 	} else if (sscanf(line, "forge %u %llx", &id, &w) == 2) {
 		cmd_forge(id, w);
+	} else if (sscanf(line, "scan %u %llu %llu %llu", &id, &x, &y, &z) == 4) {
+		cmd_scan(id, (uint32_t)x, y, z);
+	} else if (sscanf(line, "rounds %u %llu %llu %llx %llx %llu", &id, &x, &y,
+			  &w, &v, &z) == 6) {
+		cmd_rounds(id, (uint32_t)x, y, w, v, z);
 	} else if (sscanf(line, "unreg %u", &id) == 1 && id < MAX_IDS) {
 		printf("ok %d\n", kvt_mem_unregister(mem[id].m));
 	} else if (strncmp(line, "quit", 4) == 0) {

@@ -508,3 +508,177 @@ Test(netns, striping_follows_the_links, .timeout = 300, .fini = cluster_down)
 	tc_peer_stop(&pre.p);
 	tc_peer_stop(&dec.p);
 }
+
+/*
+ * Rounds over a link that fails: the head rewrites 64 blocks of the
+ * decode host's memory round after round, each write fenced and
+ * notified, while the decode host scans the blocks every 0.5 ms.  No
+ * block may ever go back to an older round (a completed write replaced
+ * by a stale copy that a given-up socket delivered late), no fence or
+ * notification may come before its data, and the receiver takes one
+ * notification for each write that succeeded, none for one that failed.
+ */
+#define RB_BLOCKS 64
+#define RB_BYTES (64 * 1024)
+
+struct rounds {
+	struct host dec, pre;
+	uint64_t base, fence;
+};
+
+static void
+rounds_up(struct rounds *rb)
+{
+	char buf[128];
+
+	rb->dec.name = "decode";
+	rb->pre.name = "head";
+	cluster_up();
+	host_start(&rb->dec);
+	rb->base = addr_of(&rb->dec.p, "alloc 0 4194304 w");
+	rb->fence = addr_of(&rb->dec.p, "fence 64");
+	host_start(&rb->pre);
+	addr_of(&rb->pre.p, "alloc 0 4194304 -");
+	cr_assert_eq(tc_peer_cmd(&rb->pre.p, buf, sizeof(buf), "open %s:7000",
+				 rb->dec.be), 0, "%s", buf);
+}
+
+/* Start both sides for secs seconds of rounds. */
+static void
+rounds_start(struct rounds *rb, unsigned int secs)
+{
+	tc_peer_send(&rb->dec.p, "scan 0 %u %u %llu", RB_BLOCKS, RB_BYTES,
+		     (unsigned long long)(secs + 2) * 1000000);
+	tc_peer_send(&rb->pre.p, "rounds 0 %u %u %" PRIx64 " %" PRIx64 " %llu",
+		     RB_BLOCKS, RB_BYTES, rb->base, rb->fence,
+		     (unsigned long long)secs * 1000000);
+}
+
+static long
+field(const char *s, const char *key)
+{
+	const char *p = strstr(s, key);
+
+	cr_assert_not_null(p, "no %s in '%s'", key, s);
+	return strtol(p + strlen(key), NULL, 10);
+}
+
+/* Both sides' counts; the writes must all succeed unless may_fail. */
+static void
+rounds_check(struct rounds *rb, const char *what, int may_fail)
+{
+	char sent[256], seen[256];
+
+	cr_assert_eq(tc_peer_reply(&rb->pre.p, sent, sizeof(sent)), 0, "%s", sent);
+	cr_assert_eq(tc_peer_reply(&rb->dec.p, seen, sizeof(seen)), 0, "%s", seen);
+	cr_log_info("%s: sender %s; receiver %s", what, sent, seen);
+	cr_assert_eq(field(sent, "wait="), 0, "%s: a round hung: %s", what, sent);
+	cr_assert_gt(field(sent, "writes="), 0, "%s: nothing was written", what);
+	if (!may_fail)
+		cr_assert_eq(field(sent, "failed="), 0,
+			     "%s: writes failed with a link left: %s", what, sent);
+	cr_assert_eq(field(seen, "regress="), 0,
+		     "%s: a block went back to an older round: %s", what, seen);
+	cr_assert_eq(field(seen, "early="), 0,
+		     "%s: a notification came before its data: %s", what, seen);
+	cr_assert_eq(field(seen, "fence_early="), 0,
+		     "%s: a fence came before its data: %s", what, seen);
+	cr_assert_eq(field(seen, "fence_back="), 0,
+		     "%s: a fence slot went back to an older round: %s", what, seen);
+	cr_assert_eq(field(seen, "notes="),
+		     field(sent, "writes=") - field(sent, "failed="),
+		     "%s: notifications taken are not the writes that succeeded: %s; %s",
+		     what, sent, seen);
+}
+
+static void
+rounds_down(struct rounds *rb)
+{
+	tc_peer_stop(&rb->pre.p);
+	tc_peer_stop(&rb->dec.p);
+}
+
+/* Head's kv1 (its own end) down for down_ms, then up for up_ms, n times. */
+static void
+flap(const char *dev_ns, const char *dev, unsigned int n, unsigned int down_ms,
+     unsigned int up_ms)
+{
+	char ns[48];
+	unsigned int i;
+
+	snprintf(ns, sizeof(ns), "%s%s", dev_ns[0] != '\0' ? "-n " : "", dev_ns);
+	for (i = 0; i < n; i++) {
+		cr_assert_eq(tc_sh("ip %s link set %s down", ns, dev), 0);
+		usleep(down_ms * 1000);
+		cr_assert_eq(tc_sh("ip %s link set %s up", ns, dev), 0);
+		usleep(up_ms * 1000);
+	}
+}
+
+static void
+head_ns(char *out, size_t len)
+{
+	snprintf(out, len, "%s-head", prefix);
+}
+
+Test(netns, rounds_short_flaps, .timeout = 180, .fini = cluster_down)
+{
+	struct rounds rb;
+	char ns[32];
+
+	rounds_up(&rb);
+	head_ns(ns, sizeof(ns));
+	rounds_start(&rb, 10);
+	usleep(1000000);
+	flap(ns, "kv1", 6, 150, 1200);
+	rounds_check(&rb, "short flaps", 0);
+	rounds_down(&rb);
+}
+
+/* The switch side of the link: the head's interface stays up, its
+ * packets go nowhere. */
+Test(netns, rounds_switch_flaps, .timeout = 180, .fini = cluster_down)
+{
+	struct rounds rb;
+	char dev[32];
+
+	rounds_up(&rb);
+	snprintf(dev, sizeof(dev), "%s-02", prefix);
+	rounds_start(&rb, 10);
+	usleep(1000000);
+	flap("", dev, 4, 400, 1500);
+	rounds_check(&rb, "switch-side flaps", 0);
+	rounds_down(&rb);
+}
+
+Test(netns, rounds_second_flaps, .timeout = 180, .fini = cluster_down)
+{
+	struct rounds rb;
+	char ns[32];
+
+	rounds_up(&rb);
+	head_ns(ns, sizeof(ns));
+	rounds_start(&rb, 10);
+	usleep(1000000);
+	flap(ns, "kv1", 4, 1000, 1000);
+	rounds_check(&rb, "1 s flaps", 0);
+	rounds_down(&rb);
+}
+
+/* Both links dark for 3 s: writes may fail then, but nothing older may
+ * land after anything newer. */
+Test(netns, rounds_blackout, .timeout = 180, .fini = cluster_down)
+{
+	struct rounds rb;
+
+	rounds_up(&rb);
+	rounds_start(&rb, 10);
+	usleep(2000000);
+	cr_assert_eq(tc_sh("ip -n %s-head link set kv0 down && ip -n %s-head link set kv1 down",
+			   prefix, prefix), 0);
+	usleep(3000000);
+	cr_assert_eq(tc_sh("ip -n %s-head link set kv0 up && ip -n %s-head link set kv1 up",
+			   prefix, prefix), 0);
+	rounds_check(&rb, "3 s blackout", 1);
+	rounds_down(&rb);
+}

@@ -449,7 +449,7 @@ kvt_rdma_conn_accept(struct kvt_port *port, const struct kvt_accept *a,
 	mine.mtu = (uint8_t)RTE_MIN(rp->mtu, qi.mtu);
 	ret = kvt_rdma_qpinfo_encode(&mine, rep);
 	if (ret < 0) {
-		kvt_port_call(port, detach_conn, c, RD_CALL_MS);
+		kvt_port_call(port, detach_conn, c, 0);
 		goto detach_inbox;
 	}
 	conn_list_add(c);
@@ -471,7 +471,7 @@ kvt_rdma_conn_close(struct kvt_conn *kc)
 	struct rd_conn *c = (struct rd_conn *)kc;
 
 	conn_list_del(c);
-	kvt_port_call(kc->port, detach_conn, c, RD_CALL_MS);
+	kvt_port_call(kc->port, detach_conn, c, 0);
 	if (kc->inbox != NULL)
 		kvt_inbox_retire(kc->inbox, free_inbox, kc->inbox);
 	conn_free(c);

@@ -145,6 +145,7 @@ tcp_start(struct kvt_port *port)
 	int one = 1;
 
 	tp->timeout_tsc = rte_get_tsc_hz() / 1000 * kvt_pmd_env()->timeout_ms;
+	tp->stall_tsc = tp->timeout_tsc / 4;
 	tp->lfd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	if (tp->lfd < 0)
 		return -errno;
@@ -273,6 +274,7 @@ static const struct kvt_pmd_ops tcp_ops = {
 	.conn_accept = tcp_conn_accept,
 	.conn_ready = tcp_conn_ready,
 	.conn_close = tcp_conn_close,
+	.conn_msg = tcp_conn_msg,
 	.rmem_import = tcp_rmem_import,
 };
 

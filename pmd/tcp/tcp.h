@@ -9,7 +9,10 @@
  *   tcp_target.c  the target's side: checking and serving a peer's
  *                 frames, answering them, authenticating data sockets;
  *   tcp_conn.c    connections: choosing an endpoint, dialling, tokens,
- *                 redialling lost sockets (control path).
+ *                 redialling lost sockets (control path);
+ *   tcp_retire.c  giving up a connection's sockets without letting
+ *                 anything they carried land later: the target closes
+ *                 them and issues a new token before their work moves.
  */
 #ifndef KVT_PMD_TCP_H
 #define KVT_PMD_TCP_H
@@ -65,6 +68,10 @@ extern int tcp_logtype;
 #define TCP_REDIAL_US (100 * 1000)	/* one dial attempt */
 #define TCP_BACKOFF_MIN_MS 250u
 #define TCP_BACKOFF_MAX_MS 10000u
+/* The control thread waits this long at most for an lcore to take a
+ * port call of the retire or redial paths; it tries again later rather
+ * than stop answering pings. */
+#define TCP_CALL_MS 100u
 
 
 struct tcp_conn;
@@ -82,6 +89,7 @@ struct tcp_sock {
 	int authed;
 	struct tcp_conn *conn;
 	uint64_t since;		/* TSC: accept time, or last progress */
+	uint64_t asked;		/* TSC: the kernel last asked if it stalls */
 	/* initiator: to send, then waiting for their acks */
 	struct kvt_desc *txq, *txq_tail;
 	struct kvt_desc *wq, *wq_tail;
@@ -106,19 +114,45 @@ struct tcp_sock {
 	struct tcp_sock *next;
 };
 
+/* Initiator: where a connection stands in giving up its sockets. */
+enum tcp_retire_state {
+	TCP_R_NONE,		/* not giving up */
+	TCP_R_HELD,		/* lcore: sockets closed, their work held */
+	TCP_R_ASKED,		/* control: the target was asked to close them */
+	TCP_R_ANSWERED,		/* control: it did; the work is released next */
+};
+
 struct tcp_conn {
 	struct kvt_conn c;	/* first */
-	uint8_t token[16];
+	uint8_t token[16];	/* what its sockets present in their hello */
+	int server;		/* accepted here */
 	struct tcp_ep ep;	/* initiator: where to dial */
 	struct tcp_sock *socks[TCP_CONN_SOCKS];
 	unsigned int nsocks;
 	unsigned int rr;
 	struct kvt_inbox *inbox;	/* acceptor: notifications to us */
 	struct tcp_conn *next;	/* acceptor: the port's token list */
+	uint8_t prev_token[16];	/* acceptor: the token retired last */
 	/* Initiator, control thread: dialling lost sockets again. */
 	struct tcp_conn *dnext;
 	uint64_t redial_at_us;
 	uint32_t backoff_ms;
+	int dial_fd;		/* a dial in progress, or -1 */
+	uint64_t dial_until_us;
+	/*
+	 * Initiator: giving up (tcp_retire.c).  The lcore moves the work of
+	 * the sockets it gave up to held and the numbers of the tails among
+	 * it to rseq, then publishes TCP_R_HELD; the control thread asks the
+	 * target and, once answered, has the lcore release the work.
+	 */
+	uint32_t retire;	/* enum tcp_retire_state */
+	struct kvt_desc *held, *held_tail;	/* lcore */
+	struct tcp_conn *rnext;	/* lcore: the port's list of such */
+	uint32_t nrseq;
+	uint32_t rseq[TCP_RETIRE_SEQS];
+	uint64_t asked_us;	/* control: when the target was asked */
+	uint8_t next_token[16];	/* control: the target's answer */
+	uint64_t taken;		/* control: bit i: rseq[i] acted there */
 };
 
 struct tcp_port {
@@ -138,7 +172,10 @@ struct tcp_port {
 	struct tcp_conn *accepted;	/* token owners */
 	pthread_mutex_t lock;
 	struct tcp_conn *dialed;	/* initiator connections */
+	struct tcp_conn *retiring;	/* lcore: connections holding work */
 	uint64_t timeout_tsc;
+	uint64_t stall_tsc;	/* a socket quiet this long: is it broken? */
+	uint64_t last_turn;	/* TSC: the lcore's last poll of the port */
 	uint8_t scratch[65536];	/* discarded payload */
 };
 
@@ -152,14 +189,42 @@ void tcp_tune(int fd, const struct tcp_port *tp);
 void tcp_conn_sock_add(struct tcp_conn *c, struct tcp_sock *s);
 /* Lcore: socket i leaves its connection. */
 void tcp_conn_sock_del(struct tcp_conn *c, unsigned int i);
-/* Lcore: close a socket, failing its work with err. */
+/* Lcore: close a socket (abortively: the kernel sends nothing of it
+ * later).  Its work moves to another socket of its connection, else
+ * fails with err: only for a socket the peer closed, or whose work may
+ * go anywhere (see tcp_sock_fail). */
 void tcp_sock_close(struct kvt_port *port, struct tcp_sock *s, int err);
+/* Lcore: a socket failed with err, the error of the call or check that
+ * found it (-ECONNRESET or -EPIPE: the peer closed it; else we give it
+ * up): close it, and for an initiator socket holding work that the
+ * target may still take, give up its whole connection
+ * (tcp_conn_retire). */
+void tcp_sock_fail(struct kvt_port *port, struct tcp_sock *s, int err);
+/* Lcore: give up every socket of initiator connection c: closed at once,
+ * their work held until the target confirms it closed its ends. */
+void tcp_conn_retire(struct kvt_port *port, struct tcp_conn *c, int err);
+/* Lcore: end the hold of a retiring connection: each tail the target
+ * took (bit i of taken for rseq[i]) completes, everything else fails
+ * with err (the engine moves slices to other ports). */
+void tcp_conn_release(struct kvt_port *port, struct tcp_conn *c,
+		      uint64_t taken, int err);
+/* Lcore: release the held work of connections whose peer was lost. */
+void tcp_retire_reap(struct kvt_port *port);
+/* Control thread: ask again, or release, for a retiring connection;
+ * @return 1 while it is retiring (no redial then). */
+int tcp_retire_tick(struct kvt_port *port, struct tcp_conn *c, uint64_t now);
+/* Control thread: a message from the other end of c (RETIRE at the
+ * target, RETIRED at the initiator). */
+int tcp_conn_msg(struct kvt_conn *kc, const uint8_t *msg, size_t len,
+		 struct kvt_buf *reply);
 /* Lcore: a new socket of the port (server: accepted here). */
 struct tcp_sock *tcp_sock_add(struct tcp_port *tp, int fd, int server);
 /* Target: a whole frame (and its payload) arrived. */
 int tcp_serve_frame(struct kvt_port *port, struct tcp_sock *s);
 /* Target: a whole frame header arrived. */
 int tcp_serve_header(struct kvt_port *port, struct tcp_sock *s);
+/* Close fd so that nothing it queued is sent later (SO_LINGER 0). */
+void tcp_fd_abort(int fd);
 /* Every send: MSG_NOSIGNAL (no SIGPIPE); as sendmsg(). */
 ssize_t tcp_sock_sendv(int fd, struct iovec *iov, unsigned int n);
 /* Target: read a new socket's hello and check its token; @return 1

@@ -90,13 +90,13 @@ pick_ep(const struct kvt_port *port, const struct kvt_endpoint *eps,
 	return (int)k;
 }
 
+/* Start a non-blocking connect from tp to e: @return the socket (the
+ * connect in progress), or -errno. */
 static int
-dial(const struct tcp_port *tp, const struct tcp_ep *e, uint64_t deadline)
+dial_begin(const struct tcp_port *tp, const struct tcp_ep *e)
 {
 	struct sockaddr_in src = tp->addr, dst = { .sin_family = AF_INET };
-	struct pollfd pfd;
-	socklen_t sl = sizeof(int);
-	int fd, err = 0;
+	int fd, err;
 
 	dst.sin_addr.s_addr = e->ip;
 	dst.sin_port = e->port;
@@ -109,22 +109,42 @@ dial(const struct tcp_port *tp, const struct tcp_ep *e, uint64_t deadline)
 	    (connect(fd, (struct sockaddr *)&dst, sizeof(dst)) != 0 &&
 	     errno != EINPROGRESS)) {
 		err = errno;
-		goto fail;
+		close(fd);
+		return -err;
 	}
-	pfd.fd = fd;
-	pfd.events = POLLOUT;
-	if (poll(&pfd, 1, kvt_now_us() >= deadline ? 0 :
-		 (int)((deadline - kvt_now_us()) / 1000) + 1) <= 0) {
-		err = ETIMEDOUT;
-		goto fail;
-	}
-	getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &sl);
-	if (err != 0)
-		goto fail;
 	return fd;
-fail:
+}
+
+/* Has a connect in progress finished?  @return 1 connected, 0 not yet
+ * (wait_ms at most was waited), -errno failed. */
+static int
+dial_done(int fd, int wait_ms)
+{
+	struct pollfd pfd = { .fd = fd, .events = POLLOUT };
+	socklen_t sl = sizeof(int);
+	int err = 0;
+
+	if (poll(&pfd, 1, wait_ms) <= 0)
+		return 0;
+	if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &sl) != 0)
+		return -errno;
+	return err != 0 ? -err : 1;
+}
+
+static int
+dial(const struct tcp_port *tp, const struct tcp_ep *e, uint64_t deadline)
+{
+	uint64_t now = kvt_now_us();
+	int fd, ret;
+
+	fd = dial_begin(tp, e);
+	if (fd < 0)
+		return fd;
+	ret = dial_done(fd, now >= deadline ? 0 : (int)((deadline - now) / 1000) + 1);
+	if (ret == 1)
+		return fd;
 	close(fd);
-	return -err;
+	return ret == 0 ? -ETIMEDOUT : ret;
 }
 
 int
@@ -146,6 +166,7 @@ tcp_conn_open(struct kvt_port *port, const struct kvt_peer_info *pi,
 		return -ENOMEM;
 	c->c.remote_port = eps[k].port_id;
 	c->ep = e;
+	c->dial_fd = -1;
 	*out = &c->c;
 	return 0;
 }
@@ -243,10 +264,24 @@ tcp_conn_ready(struct kvt_conn *kc, const uint8_t *rep, size_t len)
 	return 0;
 }
 
+static void
+redial_later(struct tcp_conn *c)
+{
+	if (c->dial_fd >= 0)
+		close(c->dial_fd);
+	c->dial_fd = -1;
+	c->backoff_ms = RTE_MIN(RTE_MAX(c->backoff_ms * 2, TCP_BACKOFF_MIN_MS),
+				TCP_BACKOFF_MAX_MS);
+	c->redial_at_us = kvt_now_us() + c->backoff_ms * 1000ull;
+}
+
 /*
  * Control thread: a connection that lost sockets (a link went down) dials
- * again, one socket per tick, with a backoff while the link stays down,
- * so a link that comes back carries its share again.
+ * again, one socket at a time, with a backoff while the link stays down,
+ * so a link that comes back carries its share again.  The connect runs
+ * while the thread goes on (it is looked at each tick), and the lcore is
+ * given TCP_CALL_MS to adopt the socket: a dead link or a busy lcore
+ * never holds up the pings.
  */
 static void
 redial(struct kvt_port *port, struct tcp_conn *c, uint64_t now)
@@ -255,24 +290,30 @@ redial(struct kvt_port *port, struct tcp_conn *c, uint64_t now)
 	struct tcp_hello h = { .magic = rte_cpu_to_le_32(TCP_HELLO_MAGIC),
 			       .version = rte_cpu_to_le_32(TCP_HELLO_VERSION) };
 	struct attach_arg a = { .c = c, .n = 1 };
-	int fd, ret;
+	int ret;
 
-	memcpy(h.token, c->token, sizeof(h.token));
-	fd = dial(tp, &c->ep, now + TCP_REDIAL_US);
-	ret = fd;
-	if (fd >= 0)
-		ret = send(fd, &h, sizeof(h), MSG_NOSIGNAL) == sizeof(h) ? 0 :
-			-ECONNRESET;
-	if (ret == 0) {
-		a.fds = &fd;	/* -1 once the lcore adopted it */
-		ret = kvt_port_call(port, attach_socks, &a, 5000);
+	if (c->dial_fd < 0) {
+		ret = dial_begin(tp, &c->ep);
+		if (ret < 0) {
+			redial_later(c);
+			return;
+		}
+		c->dial_fd = ret;
+		c->dial_until_us = now + dial_budget_us();
 	}
-	if (fd >= 0)
-		close(fd);
-	if (ret < 0) {
-		c->backoff_ms = RTE_MIN(RTE_MAX(c->backoff_ms * 2, TCP_BACKOFF_MIN_MS),
-					TCP_BACKOFF_MAX_MS);
-		c->redial_at_us = kvt_now_us() + c->backoff_ms * 1000ull;
+	ret = dial_done(c->dial_fd, 0);
+	if (ret == 0 && now < c->dial_until_us)
+		return;		/* still connecting */
+	memcpy(h.token, c->token, sizeof(h.token));
+	if (ret == 1)
+		ret = send(c->dial_fd, &h, sizeof(h), MSG_NOSIGNAL) == sizeof(h) ?
+			0 : -ECONNRESET;
+	if (ret == 0) {
+		a.fds = &c->dial_fd;	/* -1 once the lcore adopted it */
+		ret = kvt_port_call(port, attach_socks, &a, TCP_CALL_MS);
+	}
+	if (ret != 0) {
+		redial_later(c);
 		return;
 	}
 	if (c->backoff_ms != 0)
@@ -289,11 +330,14 @@ tcp_ctl_tick(struct kvt_port *port, uint64_t now)
 	struct tcp_conn *c;
 
 	pthread_mutex_lock(&tp->lock);
-	for (c = tp->dialed; c != NULL; c = c->dnext)
-		if (!__atomic_load_n(&c->c.dead, __ATOMIC_ACQUIRE) &&
-		    __atomic_load_n(&c->nsocks, __ATOMIC_ACQUIRE) < tp->conns &&
-		    now >= c->redial_at_us)
+	for (c = tp->dialed; c != NULL; c = c->dnext) {
+		if (__atomic_load_n(&c->c.dead, __ATOMIC_ACQUIRE) ||
+		    tcp_retire_tick(port, c, now))
+			continue;
+		if ((__atomic_load_n(&c->nsocks, __ATOMIC_ACQUIRE) < tp->conns &&
+		     now >= c->redial_at_us) || c->dial_fd >= 0)
 			redial(port, c, now);
+	}
 	pthread_mutex_unlock(&tp->lock);
 }
 
@@ -311,6 +355,8 @@ detach_conn(struct kvt_port *port, void *arg)
 		s->conn = NULL;
 		tcp_sock_close(port, s, -ECONNRESET);
 	}
+	if (c->held != NULL || c->rnext != NULL || tp->retiring == c)
+		tcp_conn_release(port, c, 0, -ECONNRESET);
 	for (pp = &tp->accepted; *pp != NULL; pp = &(*pp)->next)
 		if (*pp == c) {
 			*pp = c->next;
@@ -344,6 +390,8 @@ tcp_conn_accept(struct kvt_port *port, const struct kvt_accept *a,
 	c = calloc(1, sizeof(*c));
 	if (c == NULL)
 		return -ENOMEM;
+	c->server = 1;
+	c->dial_fd = -1;
 	kvt_conn_accept_init(&c->c, port, a);
 	if (getrandom(c->token, sizeof(c->token), 0) != sizeof(c->token)) {
 		free(c);
@@ -390,7 +438,9 @@ tcp_conn_close(struct kvt_conn *kc)
 			break;
 		}
 	pthread_mutex_unlock(&tp->lock);
-	kvt_port_call(kc->port, detach_conn, c, 5000);
+	if (c->dial_fd >= 0)
+		close(c->dial_fd);
+	kvt_port_call(kc->port, detach_conn, c, 0);
 	if (c->inbox != NULL)
 		kvt_inbox_retire(c->inbox, free_inbox, c->inbox);
 	free(c);

@@ -77,7 +77,7 @@ sock_in(struct kvt_port *port, struct tcp_sock *s, uint32_t *budget)
 		s->since = rte_get_tsc_cycles();
 	ret = s->authed ? tcp_sock_recv(port, s, budget) : tcp_sock_auth(port, s);
 	if (ret < 0) {
-		tcp_sock_close(port, s, ret == -EPROTO ? -EIO : -ECONNRESET);
+		tcp_sock_fail(port, s, ret);
 		return -1;
 	}
 	return ret;
@@ -124,7 +124,7 @@ tcp_urgent_turn(struct kvt_port *port)
 		budget = tp->slice;
 		ret = sock_out(port, s, &budget);
 		if (ret < 0)
-			tcp_sock_close(port, s, -ECONNRESET);
+			tcp_sock_fail(port, s, ret);
 		else
 			work += (unsigned int)ret;
 	}
@@ -208,20 +208,40 @@ poll_in(struct kvt_port *port, uint32_t *budget)
 	return work;
 }
 
-/* Did the peer answer on its control connection after TSC time t? */
+/*
+ * Is the path of a socket broken?  The kernel knows, whatever our own
+ * share of the cpu: bytes (or window probes) out that no ACK answered
+ * for quiet_ms mean the link carries nothing; an ACK that came means the
+ * link works and the peer's application is merely slow to answer, which
+ * is its control connection's business (the ping), not this socket's.
+ */
 static int
-heard_since(const struct kvt_conn *c, uint64_t t)
+path_broken(int fd, uint32_t quiet_ms)
 {
-	uint64_t heard = kvt_conn_heard_us(c);
-	uint64_t t_us = (uint64_t)((__uint128_t)t * 1000000 / rte_get_tsc_hz());
+	struct tcp_info ti;
+	socklen_t sl = sizeof(ti);
 
-	return heard > t_us;
+	if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &sl) != 0)
+		return 1;
+	if (ti.tcpi_state != TCP_ESTABLISHED)
+		return 1;
+	return (ti.tcpi_unacked > 0 || ti.tcpi_probes > 0) &&
+		ti.tcpi_last_ack_recv > quiet_ms;
 }
 
-/* @return 0, or the error that fails what a stuck socket holds. */
+/*
+ * @return 0, or the error that fails what a stuck socket holds.  A
+ * socket whose work got no answer for a quarter of the timeout is
+ * checked with the kernel (at most four times per such quarter): a
+ * broken path fails it then, so its work moves to the live links; a
+ * path that carries keeps it, however slow the peer, until the peer
+ * answered nothing for four timeouts.
+ */
 static int
-sock_stuck(const struct tcp_port *tp, const struct tcp_sock *s, uint64_t now)
+sock_stuck(const struct tcp_port *tp, struct tcp_sock *s, uint64_t now)
 {
+	uint32_t quiet_ms;
+
 	if (!s->authed)
 		return now - s->since > rte_get_tsc_hz() / 1000000 * TCP_HELLO_US ?
 			-ETIMEDOUT : 0;
@@ -232,14 +252,13 @@ sock_stuck(const struct tcp_port *tp, const struct tcp_sock *s, uint64_t now)
 	if (!s->server && s->conn != NULL &&
 	    __atomic_load_n(&s->conn->c.dead, __ATOMIC_ACQUIRE))
 		return -ECONNRESET;
-	/* Waiting for an answer that does not come: the link is gone.  If
-	 * the peer still answers on its control connection since this
-	 * socket last moved, it is this link, and a quarter of the timeout
-	 * is proof enough: its work moves to the live links sooner. */
-	if (now - s->since > tp->timeout_tsc / 4 && s->conn != NULL &&
-	    !s->server && heard_since(&s->conn->c, s->since))
+	if (now - s->since <= tp->stall_tsc || now - s->asked < tp->stall_tsc / 4)
+		return 0;
+	s->asked = now;
+	quiet_ms = (uint32_t)(tp->stall_tsc * 1000 / rte_get_tsc_hz());
+	if (path_broken(s->fd, quiet_ms))
 		return -ETIMEDOUT;
-	return now - s->since > tp->timeout_tsc ? -ETIMEDOUT : 0;
+	return now - s->since > 4 * tp->timeout_tsc ? -ETIMEDOUT : 0;
 }
 
 /*
@@ -262,15 +281,16 @@ poll_out(struct kvt_port *port, uint32_t *budget)
 		b = s->urgent ? tp->slice : RTE_MIN(*budget, share(tp));
 		before = b;
 		ret = b != 0 ? sock_out(port, s, &b) : 0;
-		if (ret < 0) {
-			ret = -ECONNRESET;
-		} else {
+		if (ret >= 0) {
 			work += (unsigned int)ret;
 			ret = sock_stuck(tp, s, now);
 		}
 		next = s->next;
 		if (ret < 0) {
-			tcp_sock_close(port, s, ret);
+			/* A retire closes its siblings too: start over. */
+			tcp_sock_fail(port, s, ret);
+			next = tp->socks;
+			prev = stop = stop_prev = NULL;
 			continue;
 		}
 		if (before == 0 && stop == NULL && s->authed) {
@@ -294,6 +314,25 @@ poll_out(struct kvt_port *port, uint32_t *budget)
 	return work;
 }
 
+/*
+ * A gap in our own turns longer than a stall is our lack of cpu, not the
+ * peers' silence: the clock of every socket waiting for answers restarts,
+ * so none is judged on time we did not look.  (With work in flight an
+ * idle lcore wakes every eighth of the timeout: only a gap it did not
+ * choose exceeds a quarter.)
+ */
+static void
+own_gap(struct tcp_port *tp, uint64_t now)
+{
+	struct tcp_sock *s;
+
+	if (tp->last_turn != 0 && now - tp->last_turn > tp->stall_tsc)
+		for (s = tp->socks; s != NULL; s = s->next)
+			if (s->authed && (s->wq != NULL || s->txq != NULL))
+				s->since = now;
+	tp->last_turn = now;
+}
+
 unsigned int
 tcp_poll(struct kvt_port *port)
 {
@@ -303,6 +342,9 @@ tcp_poll(struct kvt_port *port)
 
 	if (tp->epfd < 0)
 		return 0;
+	own_gap(tp, rte_get_tsc_cycles());
+	if (tp->retiring != NULL)
+		tcp_retire_reap(port);
 	work = tp->nurgent != 0 ? tcp_urgent_turn(port) : 0;
 	in = out = share(tp) * TCP_TURN_SHARES;
 	work += poll_in(port, &in);

@@ -116,7 +116,7 @@ tcp_sock_close(struct kvt_port *port, struct tcp_sock *s, int err)
 			  s->fd, NULL);
 		tp->nurgent -= s->urgent ? 1 : 0;
 		s->urgent = 0;
-		close(s->fd);
+		tcp_fd_abort(s->fd);
 		s->fd = -1;
 	}
 	if (c != NULL) {
@@ -137,6 +137,54 @@ tcp_sock_close(struct kvt_port *port, struct tcp_sock *s, int err)
 			break;
 		}
 	free(s);
+}
+
+/*
+ * Close fd abortively (SO_LINGER 0): the kernel drops what it still
+ * queues to send and answers the other end with a reset.  A plain close
+ * would deliver those frames whenever the link comes back, after their
+ * work has moved elsewhere and newer writes landed.
+ */
+void
+tcp_fd_abort(int fd)
+{
+	struct linger l = { .l_onoff = 1, .l_linger = 0 };
+
+	setsockopt(fd, SOL_SOCKET, SO_LINGER, &l, sizeof(l));
+	close(fd);
+}
+
+/* Did the peer close the socket (so nothing we sent on it can act
+ * later)?  A reset or a broken pipe says so; a timeout, an unreachable
+ * host or a protocol error is our own verdict. */
+static int
+peer_closed(int err)
+{
+	return err == -ECONNRESET || err == -EPIPE;
+}
+
+/* The error a socket's work fails with, from the error that ended it:
+ * one the engine retries elsewhere. */
+static int
+work_err(int err)
+{
+	if (err == -ETIMEDOUT || err == -ECANCELED)
+		return err;
+	return err == -EPROTO ? -EIO : -ECONNRESET;
+}
+
+void
+tcp_sock_fail(struct kvt_port *port, struct tcp_sock *s, int err)
+{
+	struct tcp_conn *c = s->conn;
+
+	if (!s->server && c != NULL && (s->wq != NULL || s->txq != NULL) &&
+	    !peer_closed(err) && err != -ECANCELED &&
+	    !__atomic_load_n(&c->c.dead, __ATOMIC_ACQUIRE)) {
+		tcp_conn_retire(port, c, work_err(err));
+		return;
+	}
+	tcp_sock_close(port, s, work_err(err));
 }
 
 /*

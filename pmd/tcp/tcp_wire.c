@@ -5,6 +5,7 @@
  * test/fuzz/fuzz_tcp_frame.c).
  */
 #include <errno.h>
+#include <string.h>
 
 #include <rte_byteorder.h>
 
@@ -56,10 +57,37 @@ tcp_answer_check(const struct tcp_hdr *h, uint8_t want, uint32_t len,
 }
 
 int
+tcp_msg_parse(const uint8_t *msg, size_t len, struct tcp_retire *rq,
+	      struct tcp_retired *rd)
+{
+	uint32_t i;
+
+	if (len == sizeof(*rq) && msg[0] == TCP_M_RETIRE) {
+		memcpy(rq, msg, sizeof(*rq));
+		rq->nseq = rte_le_to_cpu_32(rq->nseq);
+		if (rq->nseq > TCP_RETIRE_SEQS)
+			return -EPROTO;
+		for (i = 0; i < rq->nseq; i++)
+			rq->seq[i] = rte_le_to_cpu_32(rq->seq[i]);
+		return TCP_M_RETIRE;
+	}
+	if (len == sizeof(*rd) && msg[0] == TCP_M_RETIRED) {
+		memcpy(rd, msg, sizeof(*rd));
+		rd->nseq = rte_le_to_cpu_32(rd->nseq);
+		rd->taken = rte_le_to_cpu_64(rd->taken);
+		if (rd->nseq > TCP_RETIRE_SEQS)
+			return -EPROTO;
+		return TCP_M_RETIRED;
+	}
+	return -EPROTO;
+}
+
+int
 tcp_wire_status(int32_t st)
 {
 	switch (st) {
 	case 0:
+	case -EFAULT:
 	case -ERANGE:
 	case -ENOBUFS:
 	case -ENOTSUP:

@@ -60,6 +60,38 @@ struct tcp_ep {
 	uint8_t rsvd;
 };
 
+/*
+ * Messages between the two ends of a connection, over the control
+ * connection (kvt_conn_msg()).  An initiator that gives up its sockets
+ * (a stall, a timeout: the target may still hold frames of theirs)
+ * sends RETIRE before their work moves; the target closes every socket
+ * that presented the token, issues a new one, and answers RETIRED with
+ * whether each tail asked about acted there.  No frame of a retired
+ * socket can act after that answer.
+ */
+#define TCP_RETIRE_SEQS 64
+enum tcp_msg_type {
+	TCP_M_RETIRE = 1,
+	TCP_M_RETIRED = 2,
+};
+
+struct tcp_retire {
+	uint8_t type;		/* TCP_M_RETIRE */
+	uint8_t rsvd[3];
+	uint32_t nseq;		/* <= TCP_RETIRE_SEQS */
+	uint8_t token[16];	/* the sockets to close presented this */
+	uint32_t seq[TCP_RETIRE_SEQS];	/* tails whose fate is asked */
+};
+
+struct tcp_retired {
+	uint8_t type;		/* TCP_M_RETIRED */
+	uint8_t rsvd[3];
+	uint32_t nseq;		/* as asked */
+	uint8_t token[16];	/* the token retired */
+	uint8_t next[16];	/* new sockets present this one */
+	uint64_t taken;		/* bit i: seq[i] acted */
+};
+
 /* Byte order of a header, in place. */
 void tcp_hdr_to_wire(struct tcp_hdr *h);
 void tcp_hdr_from_wire(struct tcp_hdr *h);
@@ -76,6 +108,14 @@ int tcp_request_check(const struct tcp_hdr *h, uint32_t *payload);
  */
 int tcp_answer_check(const struct tcp_hdr *h, uint8_t want, uint32_t len,
 		     uint32_t *payload);
+
+/*
+ * A message from the control connection, checked and in host order:
+ * @return its type (TCP_M_RETIRE: *rq filled; TCP_M_RETIRED: *rd
+ * filled), or -EPROTO.
+ */
+int tcp_msg_parse(const uint8_t *msg, size_t len, struct tcp_retire *rq,
+		  struct tcp_retired *rd);
 
 /*
  * The request's outcome from an answer's status: 0, or one of the errors
