@@ -18,6 +18,7 @@
 #include <arpa/inet.h>
 #include <net/if.h>
 #include <sys/epoll.h>
+#include <sys/ioctl.h>
 
 #include <rte_lcore.h>
 
@@ -206,6 +207,8 @@ peer_read(struct kvt_peer *p)
 			/* Read by the lcores (kvt_conn_heard_us). */
 			__atomic_store_n(&p->last_pong_us, kvt_now_us(),
 					 __ATOMIC_RELAXED);
+			if (p->ping_head != p->ping_tail)
+				p->ping_head++;
 			break;
 		case KVT_W_REGION_ADD:
 		case KVT_W_REGION_DEL:
@@ -232,14 +235,38 @@ peer_ping(struct kvt_peer *p, uint64_t now)
 {
 	struct kvt_buf b = { 0 };
 
-	if (now - p->last_ping_us < ping_period_us())
+	if (now - p->last_ping_us < ping_period_us() ||
+	    p->ping_tail - p->ping_head == KVT_PINGS_OUT)
 		return;
 	p->last_ping_us = now;
-	if (kvt_wire_begin(&b, KVT_W_PING) == 0 && kvt_wire_end(&b) == 0 &&
-	    send(p->fd, b.data, b.len, MSG_NOSIGNAL | MSG_DONTWAIT) < 0 &&
-	    errno != EAGAIN)
-		kvt_peer_lost(p, -ECONNRESET);
+	if (kvt_wire_begin(&b, KVT_W_PING) == 0 && kvt_wire_end(&b) == 0) {
+		if (send(p->fd, b.data, b.len, MSG_NOSIGNAL | MSG_DONTWAIT) ==
+		    (ssize_t)b.len)
+			p->ping_sent_us[p->ping_tail++ % KVT_PINGS_OUT] = now;
+		else if (errno != EAGAIN)
+			kvt_peer_lost(p, -ECONNRESET);
+	}
 	kvt_buf_free(&b);
+}
+
+/*
+ * Is the peer lost?  When a PING we sent went unanswered for the timeout
+ * less one PING period (so the peer is declared lost within the timeout
+ * of its last answer) and no answer waits unread.  Time we did not run (a
+ * starved control thread sends no PINGs) counts against nobody, and a
+ * peer that answered every PING in time is alive however late we read
+ * it.
+ */
+static int
+peer_silent(const struct kvt_peer *p, uint64_t now, uint64_t dead_us)
+{
+	int unread = 0;
+
+	if (p->ping_head == p->ping_tail ||
+	    now - p->ping_sent_us[p->ping_head % KVT_PINGS_OUT] <=
+	    RTE_MAX(dead_us - RTE_MIN(ping_period_us(), dead_us), dead_us / 2))
+		return 0;
+	return ioctl(p->fd, FIONREAD, &unread) != 0 || unread == 0;
 }
 
 static int
@@ -250,6 +277,7 @@ adopt_peer(struct kvt_peer *p)
 	/* Peers are told from sessions by the low pointer bit. */
 	ev.data.u64 = (uintptr_t)p | 1;
 	p->last_ping_us = kvt_now_us();
+	p->ping_head = p->ping_tail = 0;
 	__atomic_store_n(&p->last_pong_us, p->last_ping_us, __ATOMIC_RELAXED);
 	if (epoll_ctl(ctl_epfd, EPOLL_CTL_ADD, p->fd, &ev) != 0)
 		return -errno;
@@ -282,7 +310,7 @@ ctl_tick(uint64_t now)
 		if (__atomic_load_n(&p->state, __ATOMIC_ACQUIRE) != KVT_PEER_UP)
 			continue;
 		peer_ping(p, now);
-		if (now - p->last_pong_us > dead_us) {
+		if (peer_silent(p, now, dead_us)) {
 			KVT_LOG(ERR, "peer %s: no answer for %u ms", p->info.name,
 				kvt_eng->o.timeout_ms);
 			kvt_peer_lost(p, -ETIMEDOUT);

@@ -451,6 +451,8 @@ struct kvt_rimp {
 	struct kvt_rimp *retired_next;	/* unpublished while in use */
 };
 
+#define KVT_PINGS_OUT 16
+
 struct kvt_peer {
 	uint32_t magic;
 	char addr[128];		/* as opened */
@@ -462,6 +464,11 @@ struct kvt_peer {
 	int fd;			/* control connection */
 	uint64_t last_pong_us;
 	uint64_t last_ping_us;
+	/* PINGs not answered yet, oldest first (control thread): the peer
+	 * is lost when the oldest waited a timeout, not when we merely sent
+	 * none (our own thread was late). */
+	uint64_t ping_sent_us[KVT_PINGS_OUT];
+	uint32_t ping_head, ping_tail;
 	struct kvt_conn *conn[KVT_MAX_PORTS];
 	uint32_t conn_mask;
 	uint32_t down_mask;	/* conns a PMD marked down, atomic */

@@ -31,6 +31,9 @@
  *   forge I BASE             believe the open peer's region I starts at BASE
  *                            (hex): only the NIC can refuse what follows
  *   unreg ID                 kvt_mem_unregister result
+ *   stall PORT MS            hold port PORT's lcore for MS milliseconds (a
+ *                            data thread starved of cpu; the control
+ *                            thread and the kernel go on) -> its result
  *   scan ID NB BS US         receiver of rounds (rounds.c): scan region ID
  *                            as NB blocks of BS bytes (fence slot b for
  *                            block b) for US microseconds -> its counts
@@ -371,6 +374,25 @@ cmd_rounds(unsigned int id, uint32_t nb, uint64_t bs, uint64_t raddr,
 }
 
 static int
+stall_fn(struct kvt_port *port, void *arg)
+{
+	RTE_SET_USED(port);
+	usleep(*(unsigned int *)arg * 1000u);
+	return 0;
+}
+
+static void
+cmd_stall(unsigned int port, unsigned int ms)
+{
+	if (port >= kvt_port_count()) {
+		printf("err port\n");
+		return;
+	}
+	printf("ok %d\n", kvt_port_call(kvt_port_get(port), stall_fn, &ms,
+					ms + 10000));
+}
+
+static int
 dispatch(char *line)
 {
 	char a[64], b[64];
@@ -435,6 +457,8 @@ dispatch(char *line)
 	} else if (sscanf(line, "rounds %u %llu %llu %llx %llx %llu", &id, &x, &y,
 			  &w, &v, &z) == 6) {
 		cmd_rounds(id, (uint32_t)x, y, w, v, z);
+	} else if (sscanf(line, "stall %u %llu", &id, &x) == 2) {
+		cmd_stall(id, (unsigned int)x);
 	} else if (sscanf(line, "unreg %u", &id) == 1 && id < MAX_IDS) {
 		printf("ok %d\n", kvt_mem_unregister(mem[id].m));
 	} else if (strncmp(line, "quit", 4) == 0) {
