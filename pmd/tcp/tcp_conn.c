@@ -305,7 +305,9 @@ redial(struct kvt_port *port, struct tcp_conn *c, uint64_t now)
 	if (ret == 0 && now < c->dial_until_us)
 		return;		/* still connecting */
 	memcpy(h.token, c->token, sizeof(h.token));
-	if (ret == 1)
+	if (ret == 0)
+		ret = -ETIMEDOUT;
+	else if (ret == 1)
 		ret = send(c->dial_fd, &h, sizeof(h), MSG_NOSIGNAL) == sizeof(h) ?
 			0 : -ECONNRESET;
 	if (ret == 0) {

@@ -216,17 +216,22 @@ poll_in(struct kvt_port *port, uint32_t *budget)
  * is its control connection's business (the ping), not this socket's.
  */
 static int
-path_broken(int fd, uint32_t quiet_ms)
+path_broken(const struct kvt_port *port, const struct tcp_sock *s,
+	    uint32_t quiet_ms)
 {
 	struct tcp_info ti;
 	socklen_t sl = sizeof(ti);
 
-	if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &sl) != 0)
+	if (getsockopt(s->fd, IPPROTO_TCP, TCP_INFO, &ti, &sl) != 0)
 		return 1;
-	if (ti.tcpi_state != TCP_ESTABLISHED)
-		return 1;
-	return (ti.tcpi_unacked > 0 || ti.tcpi_probes > 0) &&
-		ti.tcpi_last_ack_recv > quiet_ms;
+	if (ti.tcpi_state == TCP_ESTABLISHED &&
+	    ((ti.tcpi_unacked == 0 && ti.tcpi_probes == 0) ||
+	     ti.tcpi_last_ack_recv <= quiet_ms))
+		return 0;
+	TCP_LOG(NOTICE, "port %s: socket %d: no ACK for %u ms with %u segments and %u probes out (TCP state %u): its path is broken",
+		port->name, s->fd, ti.tcpi_last_ack_recv, ti.tcpi_unacked,
+		ti.tcpi_probes, ti.tcpi_state);
+	return 1;
 }
 
 /*
@@ -238,8 +243,9 @@ path_broken(int fd, uint32_t quiet_ms)
  * answered nothing for four timeouts.
  */
 static int
-sock_stuck(const struct tcp_port *tp, struct tcp_sock *s, uint64_t now)
+sock_stuck(const struct kvt_port *port, struct tcp_sock *s, uint64_t now)
 {
+	const struct tcp_port *tp = port->priv;
 	uint32_t quiet_ms;
 
 	if (!s->authed)
@@ -256,7 +262,7 @@ sock_stuck(const struct tcp_port *tp, struct tcp_sock *s, uint64_t now)
 		return 0;
 	s->asked = now;
 	quiet_ms = (uint32_t)(tp->stall_tsc * 1000 / rte_get_tsc_hz());
-	if (path_broken(s->fd, quiet_ms))
+	if (path_broken(port, s, quiet_ms))
 		return -ETIMEDOUT;
 	return now - s->since > 4 * tp->timeout_tsc ? -ETIMEDOUT : 0;
 }
@@ -283,7 +289,7 @@ poll_out(struct kvt_port *port, uint32_t *budget)
 		ret = b != 0 ? sock_out(port, s, &b) : 0;
 		if (ret >= 0) {
 			work += (unsigned int)ret;
-			ret = sock_stuck(tp, s, now);
+			ret = sock_stuck(port, s, now);
 		}
 		next = s->next;
 		if (ret < 0) {
