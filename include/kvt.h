@@ -111,6 +111,8 @@ struct kvt_mem;
  * @return
  *   A handle, or NULL with rte_errno:
  *   - EINVAL: NULL address, zero length, unknown flag or bad location.
+ *   - EFAULT: host memory that is not mapped in this process, wholly or
+ *     in part.
  *   - EEXIST: the range overlaps a registered region.
  *   - ENODEV: engine not running, or the location's device is absent.
  *   - ENOTSUP: no transport here moves memory of this location.
@@ -401,7 +403,9 @@ int kvt_wait(struct kvt_batch *batch, uint64_t timeout_us);
  *   the timeout), -EPROTO (the peer answered outside the protocol),
  *   -EACCES (the peer's NIC refused the access: its key does not cover
  *   the range, as when the peer unregistered it meanwhile),
- *   -EINVAL (idx out of range).
+ *   -EFAULT (the memory at the range is not mapped any more: an
+ *   application unmapped it while it was registered; the process that
+ *   holds it is not harmed), -EINVAL (idx out of range).
  */
 int kvt_status(struct kvt_batch *batch, unsigned int idx);
 

@@ -735,6 +735,16 @@ void kvt_target_end(unsigned int token);
  */
 uint8_t *kvt_target_range(uint64_t addr, uint64_t len, uint32_t perm);
 
+/**
+ * Is host memory [addr, addr + len) mapped in this process, every page?
+ * One system call.  Registration refuses a range that is not (EFAULT);
+ * a target checks again where the application may have unmapped a range
+ * under its registration before it reads from it.
+ *
+ * @return 1 or 0.
+ */
+int kvt_host_mapped(const void *addr, size_t len);
+
 /** How a same-host peer reaches a memfd-backed region. */
 struct kvt_memfd_key {
 	uint32_t pid;

@@ -149,6 +149,19 @@ alloc_find(const void *addr, size_t len)
 	return NULL;
 }
 
+/*
+ * msync() with MS_ASYNC does nothing but check that the range is mapped
+ * (ENOMEM for a hole), in one call whatever its length.
+ */
+int
+kvt_host_mapped(const void *addr, size_t len)
+{
+	uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
+	uintptr_t start = (uintptr_t)addr & ~(pg - 1);
+
+	return msync((void *)start, (uintptr_t)addr + len - start, MS_ASYNC) == 0;
+}
+
 /* Where does addr live?  The memory devices say so for theirs. */
 static int
 mem_locate(void *addr, struct kvt_loc *loc)
@@ -261,6 +274,13 @@ kvt_mem_register_flags(void *addr, size_t len, const char *locs, uint32_t flags)
 	if (locs == NULL)
 		mem_locate(addr, &loc);
 	m->lm.loc = loc;
+	if (loc.type == KVT_LOC_CPU && !kvt_host_mapped(addr, len)) {
+		KVT_LOG(ERR, "register %p+%zu: not mapped in this process (%s)",
+			addr, len, strerror(errno));
+		free(m);
+		rte_errno = EFAULT;
+		return NULL;
+	}
 
 	pthread_mutex_lock(&reg_lock);
 	if (kvt_rangemap_overlaps(&kvt_reg, (uintptr_t)addr, len)) {

@@ -31,6 +31,9 @@
  *   forge I BASE             believe the open peer's region I starts at BASE
  *                            (hex): only the NIC can refuse what follows
  *   unreg ID                 kvt_mem_unregister result
+ *   unmap ID                 munmap region ID's memory, still registered (an
+ *                            application's bug a peer must not turn into
+ *                            a crash here)
  *   stall PORT MS            hold port PORT's lcore for MS milliseconds (a
  *                            data thread starved of cpu; the control
  *                            thread and the kernel go on) -> its result
@@ -49,6 +52,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <sys/mman.h>
 
 #include <rte_errno.h>
 
@@ -457,6 +461,9 @@ dispatch(char *line)
 	} else if (sscanf(line, "rounds %u %llu %llu %llx %llx %llu", &id, &x, &y,
 			  &w, &v, &z) == 6) {
 		cmd_rounds(id, (uint32_t)x, y, w, v, z);
+	} else if (sscanf(line, "unmap %u", &id) == 1 && id < MAX_IDS &&
+		   mem[id].p != NULL && mem[id].dev < 0) {
+		printf("ok %d\n", munmap(mem[id].p, (mem[id].len + 4095) & ~(size_t)4095));
 	} else if (sscanf(line, "stall %u %llu", &id, &x) == 2) {
 		cmd_stall(id, (unsigned int)x);
 	} else if (sscanf(line, "unreg %u", &id) == 1 && id < MAX_IDS) {

@@ -16,6 +16,7 @@
 #include <string.h>
 #include <unistd.h>
 #include <dirent.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/socket.h>
@@ -324,6 +325,82 @@ Test(faults, starved_lcore_shm, .timeout = 60)
 Test(faults, frozen_half_timeout_tcp, .timeout = 60)
 {
 	slow_target(TCP, 1, 500);
+}
+
+/*
+ * A peer never crashes its target: memory that is not mapped cannot be
+ * registered (EFAULT), and a target whose application unmapped a range
+ * under its registration fails the requests that reach it (-EFAULT),
+ * small and large, writes and reads, and lives on.
+ */
+Test(faults, unmapped_registration_refused, .timeout = 60)
+{
+	void *p;
+
+	cr_assert_geq(tc_engine_init(TCP), 0);
+	cr_assert_null(kvt_mem_register((void *)0x10000, 1ull << 30, NULL,
+					KVT_MEM_REMOTE_WRITE));
+	cr_assert_eq(rte_errno, EFAULT, "unmapped memory: %s", rte_strerror(rte_errno));
+	p = mmap(NULL, 8 * MiB, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+		 -1, 0);
+	cr_assert_neq(p, MAP_FAILED);
+	/* A hole in the middle. */
+	cr_assert_eq(munmap((uint8_t *)p + 4 * MiB, 4096), 0);
+	cr_assert_null(kvt_mem_register(p, 8 * MiB, NULL, 0));
+	cr_assert_eq(rte_errno, EFAULT);
+	cr_assert_not_null(kvt_mem_register(p, 4 * MiB, NULL, 0));
+	kvt_fini();
+}
+
+static void
+unmapped_target(const char *opts, const char *alloc)
+{
+	static const uint64_t lens[] = { 1000, 4096, 65536, 4 * MiB };
+	uint8_t *src = malloc(4 * MiB);
+	struct tc_peer t;
+	struct kvt_peer *p;
+	uint64_t base;
+	unsigned int i;
+	char buf[64];
+	int st;
+
+	cr_assert_geq(tc_engine_init(opts), 0);
+	cr_assert_eq(tc_peer_start(&t, opts), 0);
+	cr_assert_not_null(kvt_mem_register(src, 4 * MiB, NULL, 0));
+	base = tc_peer_u64(&t, 0, "%s 0 %" PRIu64 " rw", alloc, 8 * MiB);
+	p = tc_open_peer(&t);
+	cr_assert_eq(tc_xfer1(p, KVT_OP_WRITE, src, base, 4 * MiB, NULL, 5000000), 0);
+	cr_assert_eq(tc_peer_cmd(&t, buf, sizeof(buf), "unmap 0"), 0);
+	cr_assert_eq(strtol(buf, NULL, 10), 0, "munmap: %s", buf);
+	for (i = 0; i < RTE_DIM(lens); i++) {
+		st = tc_xfer1(p, KVT_OP_WRITE, src, base + 4096, lens[i], NULL,
+			      5000000);
+		cr_assert_eq(st, -EFAULT, "a %" PRIu64 "-byte write into unmapped memory: %d",
+			     lens[i], st);
+		st = tc_xfer1(p, KVT_OP_READ, src, base + 4096, lens[i], NULL,
+			      5000000);
+		cr_assert_eq(st, -EFAULT, "a %" PRIu64 "-byte read of unmapped memory: %d",
+			     lens[i], st);
+	}
+	/* The target lives and serves on. */
+	cr_assert_eq(tc_peer_cmd(&t, buf, sizeof(buf), "alloc 1 4096 rw"), 0,
+		     "the target died: %s", buf);
+	cr_assert_eq(kvt_peer_state(p), 0);
+	kvt_peer_close(p);
+	tc_peer_stop(&t);
+	kvt_fini();
+	free(src);
+}
+
+Test(faults, unmapped_target_tcp, .timeout = 60)
+{
+	unmapped_target(TCP, "alloc");
+}
+
+/* Memory shm reaches with process_vm_writev (not from kvt_mem_alloc). */
+Test(faults, unmapped_target_shm, .timeout = 60)
+{
+	unmapped_target(SHM, "malloc");
 }
 
 Test(faults, frozen_peer_tcp, .timeout = 60)

@@ -103,6 +103,8 @@ cma_copy(const struct shm_rmap *rmap, const struct kvt_desc *d)
 		return 0;
 	if (n >= 0)
 		return -EIO;
+	if (errno == EFAULT)
+		return -EFAULT;	/* a range unmapped under its registration */
 	return errno == ESRCH ? -ECONNRESET : errno == EPERM ? -EPERM : -EIO;
 }
 

@@ -425,9 +425,34 @@ consume(struct kvt_port *port, struct tcp_sock *s)
 }
 
 /*
+ * Is the payload to come received straight into its destination?  On the
+ * target always: its memory is written by the kernel alone, so a range
+ * that was unmapped under its registration fails a request (EFAULT),
+ * never the process.  On the initiator (READ answers into our own
+ * buffers) when it is large.
+ */
+static int
+straight(const struct tcp_sock *s)
+{
+	if (s->rh_off != sizeof(s->rh))
+		return 0;
+	return s->server ? s->rx_left > 0 && s->rh.type == F_WRITE :
+		s->rx_left >= sizeof(s->rbuf);
+}
+
+/* Target: the bytes of the frame at hand still to come through the
+ * buffer: the rest of its header, or of a notification's payload. */
+static uint32_t
+frame_rest(const struct tcp_sock *s)
+{
+	return s->rh_off < sizeof(s->rh) ? (uint32_t)sizeof(s->rh) - s->rh_off :
+		s->rx_left;
+}
+
+/*
  * Read what is there.  Headers and small frames come through a buffer,
- * so many acknowledgements cost one call; a large payload is received
- * straight into its destination.
+ * so many acknowledgements cost one call; a payload into memory is
+ * received straight into its destination (straight()).
  */
 int
 tcp_sock_recv(struct kvt_port *port, struct tcp_sock *s, uint32_t *budget)
@@ -448,7 +473,7 @@ tcp_sock_recv(struct kvt_port *port, struct tcp_sock *s, uint32_t *budget)
 		if (s->rb_off < s->rb_len ||
 		    (s->server && s->resp_tail - s->resp_head == TCP_RESP_RING))
 			return work;
-		if (s->rh_off == sizeof(s->rh) && s->rx_left >= sizeof(s->rbuf)) {
+		if (straight(s)) {
 			want = RTE_MIN(RTE_MIN(s->rx_left, TCP_CHUNK), *budget);
 			if (s->server)
 				tok = kvt_target_begin();
@@ -456,17 +481,25 @@ tcp_sock_recv(struct kvt_port *port, struct tcp_sock *s, uint32_t *budget)
 			n = recv(s->fd, dst, want, 0);
 			if (s->server)
 				kvt_target_end(tok);
+			/* The range was unmapped under its registration: the
+			 * rest goes to the scratch (nothing was taken from
+			 * the socket) and the answer says why. */
+			if (n < 0 && errno == EFAULT && s->server && s->rx_status == 0) {
+				s->rx_status = -EFAULT;
+				continue;
+			}
 			if (n > 0 && payload_took(s, (uint32_t)n)) {
 				ret = frame_done(port, s);
 				if (ret < 0)
 					return ret;
 			}
 		} else {
-			/* The target reads a header alone, so the WRITE payload
-			 * behind it lands in place without a copy; the
-			 * initiator buffers, as its frames are mostly acks. */
-			n = recv(s->fd, s->rbuf, s->server && s->rh_off == 0 ?
-				 sizeof(s->rh) : sizeof(s->rbuf), 0);
+			/* The target reads no further than the frame at hand
+			 * (a header, a notification), so a WRITE payload is
+			 * never in the buffer; the initiator buffers, as its
+			 * frames are mostly acks. */
+			n = recv(s->fd, s->rbuf, s->server ? frame_rest(s) :
+				 sizeof(s->rbuf), 0);
 			if (n > 0) {
 				s->rb_off = 0;
 				s->rb_len = (uint32_t)n;

@@ -78,6 +78,10 @@ tcp_serve_frame(struct kvt_port *port, struct tcp_sock *s)
 		kvt_target_end(tok);
 		if (p == NULL)
 			return resp_push(s, F_READ_DATA, -ERANGE, 0, 0);
+		/* A range unmapped under its registration is answered
+		 * so, rather than found half way through the answer. */
+		if (!kvt_host_mapped(p, h->aux))
+			return resp_push(s, F_READ_DATA, -EFAULT, 0, 0);
 		kvt_stat_add(&port->st.served_bytes, h->aux);
 		return resp_push(s, F_READ_DATA, 0, h->addr, (uint32_t)h->aux);
 	case F_FENCE:
