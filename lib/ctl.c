@@ -103,7 +103,7 @@ listen_open(void)
 		return -errno;
 	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
 	if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0 ||
-	    listen(fd, 128) != 0) {
+	    listen(fd, SOMAXCONN) != 0) {
 		int err = errno;
 
 		close(fd);
@@ -402,8 +402,14 @@ ctl_main(void *arg)
 	while (__atomic_load_n(&kvt_eng->ctl_running, __ATOMIC_ACQUIRE)) {
 		n = epoll_wait(ctl_epfd, evs, RTE_DIM(evs), tick_ms);
 		pthread_mutex_lock(&kvt_eng->ctl_lock);
+		/* What sessions and peers sent first, new connections
+		 * last: a flood of them does not delay a peer's frames. */
 		for (i = 0; i < n; i++)
-			ctl_event(&evs[i]);
+			if (evs[i].data.u64 != KVT_CTL_TAG_LISTEN)
+				ctl_event(&evs[i]);
+		for (i = 0; i < n; i++)
+			if (evs[i].data.u64 == KVT_CTL_TAG_LISTEN)
+				ctl_event(&evs[i]);
 		outbox_deliver();
 		ctl_tick(kvt_now_us());
 		pthread_mutex_unlock(&kvt_eng->ctl_lock);

@@ -29,6 +29,18 @@
 #define KVT_SESS_TX_MAX (64u << 20)
 /* Out of file descriptors: stop accepting for a while, not spin. */
 #define KVT_ACCEPT_PAUSE_US (100 * 1000)
+/*
+ * Connections that have not said a valid hello yet hold little: this
+ * many in all, this many from one address, each for KVT_PREAUTH_US at
+ * most, and a newcomer over a cap takes the place of the oldest of them,
+ * so a flood of silent strangers can neither exhaust our descriptors nor
+ * keep a peer out (its hello comes at once; theirs never do).
+ */
+#define KVT_PREAUTH_MAX 256
+#define KVT_PREAUTH_PER_SRC 32
+#define KVT_PREAUTH_US (1000 * 1000)
+/* Connections accepted per call: the sessions' own frames go between. */
+#define KVT_ACCEPT_BURST 32
 
 static int sess_epfd = -1;	/* the control thread's epoll set */
 static unsigned int nsessions;
@@ -392,15 +404,54 @@ kvt_sess_read(struct kvt_session *s)
 	return kvt_sess_flush(s);
 }
 
+static int
+same_source(const struct sockaddr_storage *a, const struct sockaddr_storage *b)
+{
+	if (a->ss_family != b->ss_family)
+		return 0;
+	if (a->ss_family == AF_INET)
+		return ((const struct sockaddr_in *)a)->sin_addr.s_addr ==
+			((const struct sockaddr_in *)b)->sin_addr.s_addr;
+	return 0;
+}
+
+/*
+ * Make room for a connection from ss among the unauthenticated ones: the
+ * oldest from its address goes when that address has its share, else
+ * the oldest of all when they are at their cap.  (The list holds the
+ * newest first.)
+ */
+static void
+preauth_room(const struct sockaddr_storage *ss)
+{
+	struct kvt_session *s, *oldest = NULL, *oldest_src = NULL;
+	unsigned int all = 0, src = 0;
+
+	for (s = kvt_eng->sessions; s != NULL; s = s->next) {
+		if (s->authed)
+			continue;
+		all++;
+		oldest = s;
+		if (same_source(&s->info.ctl_addr, ss)) {
+			src++;
+			oldest_src = s;
+		}
+	}
+	if (src >= KVT_PREAUTH_PER_SRC)
+		kvt_sess_close(oldest_src);
+	else if (all >= KVT_PREAUTH_MAX)
+		kvt_sess_close(oldest);
+}
+
 void
 kvt_sess_accept(void)
 {
 	struct epoll_event ev = { .events = EPOLLIN };
 	struct kvt_session *s;
 	socklen_t sl;
-	int fd, one = 1;
+	int fd, one = 1, n;
 
-	for (;;) {
+	for (n = 0; n < KVT_ACCEPT_BURST; n++) {
 		struct sockaddr_storage ss;
 
 		sl = sizeof(ss);
@@ -419,6 +470,7 @@ kvt_sess_accept(void)
 		}
 		if (fd < 0)
 			return;
+		preauth_room(&ss);
 		if (nsessions >= KVT_MAX_SESSIONS) {
 			close(fd);
 			continue;
@@ -477,8 +529,8 @@ kvt_sess_expired(const struct kvt_session *s, uint64_t now, uint64_t dead_us)
 	 * take the handshake's whole bound (dialling every path). */
 	if (!s->pinged)
 		quiet = RTE_MAX(quiet, (uint64_t)KVT_HANDSHAKE_US);
-	if (!s->authed && now - s->opened_us > KVT_HANDSHAKE_US)
-		why = "no handshake in time";
+	if (!s->authed && now - s->opened_us > KVT_PREAUTH_US)
+		why = "no hello in time";
 	else if (now - s->last_rx_us > quiet && !sess_has_input(s))
 		why = "silent";
 	else if (s->partial_us != 0 && now - s->partial_us > dead_us)
