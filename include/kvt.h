@@ -124,10 +124,19 @@ struct kvt_mem *kvt_mem_register(void *addr, size_t len, const char *loc,
 				 uint32_t flags);
 
 /**
- * Unregister a region.  Peers see it disappear.
+ * Unregister a region.  Peers see it disappear.  Once this returns, no
+ * peer's write lands in the region and no peer's read takes from it, on
+ * any transport: tcp checks every range at the target, the RDMA NIC's key
+ * is gone, and for transports whose initiators copy into this memory
+ * themselves (shm, nvlink) this waits until each such peer confirmed that
+ * none of its requests uses the region any more (its requests on it
+ * finished, which its own kvt_poll() or kvt_wait() reaps).
  *
  * @return 0, or -EINVAL (not a handle), -EBUSY (local transfers using it
- *   are still in flight), -ENODEV.
+ *   are still in flight; it stays registered), -ENODEV, -ETIMEDOUT (a
+ *   peer of such a transport did not confirm within --kvt-timeout: its
+ *   session was closed, and a copy it had begun before it stopped
+ *   answering may yet finish; the region is unregistered all the same).
  */
 int kvt_mem_unregister(struct kvt_mem *mem);
 
@@ -395,6 +404,17 @@ int kvt_wait(struct kvt_batch *batch, uint64_t timeout_us);
 
 /**
  * Status of request idx.
+ *
+ * A request that failed moved none, some or all of its bytes: its
+ * destination range holds old bytes, new ones, or a mix, and no byte of
+ * it lands after the failure is reported: a link kvt gives up is closed
+ * at both ends before its work moves or fails.  (When the peer itself is
+ * lost, its sockets are reset at once and only bytes already on the wire
+ * may still arrive.)  Its fence and notification were not delivered: the
+ * receiver never sees a fence land for a request reported failed, nor
+ * its notification, except when the peer was lost while their answer was
+ * on its way.  The range is whole again after the next successful write
+ * to it.
  *
  * @return 0 done, -EINPROGRESS pending, or the request's error:
  *   -ECONNRESET (peer lost), -ETIMEDOUT, -ECANCELED (engine stopped),

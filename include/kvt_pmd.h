@@ -322,6 +322,11 @@ kvt_stat_add(uint64_t *counter, uint64_t v)
  *  beside such work, and spinning would take the cpu from the threads
  *  that do it (the peer's, the application's, the kernel's). */
 #define KVT_PMD_F_SYSCALLS	(1u << 4)
+/** Its initiators copy into the target's memory themselves (a mapping
+ *  of it: shm, nvlink), with nothing at the target to refuse a copy: a
+ *  region unregistered there is closed only once they confirm they
+ *  stopped (kvt_mem_unregister() waits for that). */
+#define KVT_PMD_F_PEER_COPIES	(1u << 5)
 
 /*
  * The driver contract.  Each op has a type below with what it may return.

@@ -46,7 +46,16 @@ static struct {
 	pthread_mutex_t lock;	/* held for a copy: never contended long */
 	struct kvt_buf frames;	/* whole frames, in order */
 	int failed;		/* a frame was lost: no memory */
+	uint64_t del_seq;	/* the last REGION_DEL number given */
+	uint64_t del_queued;	/* the newest REGION_DEL among frames */
 } outbox = { .lock = PTHREAD_MUTEX_INITIALIZER };
+
+/* The newest REGION_DEL handed to the sessions (under ctl_lock). */
+static uint64_t del_delivered;
+/* The number of the last REGION_DEL the calling thread caused: the
+ * registry announces a removal on the thread that unregisters, which
+ * then waits for it (region_gone_wait). */
+static __thread uint64_t del_ticket;
 
 static uint32_t wake_pending;	/* a byte is in the wake pipe */
 
@@ -129,13 +138,20 @@ region_event(const struct kvt_mem *m, int added, void *arg)
 	int ret;
 
 	RTE_SET_USED(arg);
-	ret = kvt_wire_begin(&b, added ? KVT_W_REGION_ADD : KVT_W_REGION_DEL);
-	if (added)
-		ret |= kvt_mem_export_one(m, &b);
-	else
-		ret |= kvt_wire_put_u64(&b, KVT_T_BASE, (uintptr_t)m->lm.addr);
-	ret |= kvt_wire_end(&b);
+	/* Removals are numbered in the order they are queued, which is the
+	 * order each session receives them: a peer's REGION_GONE for one
+	 * number covers every removal before it. */
 	pthread_mutex_lock(&outbox.lock);
+	ret = kvt_wire_begin(&b, added ? KVT_W_REGION_ADD : KVT_W_REGION_DEL);
+	if (added) {
+		ret |= kvt_mem_export_one(m, &b);
+	} else {
+		del_ticket = ++outbox.del_seq;
+		ret |= kvt_wire_put_u64(&b, KVT_T_BASE, (uintptr_t)m->lm.addr);
+		ret |= kvt_wire_put_u64(&b, KVT_T_SEQ, del_ticket);
+		outbox.del_queued = del_ticket;
+	}
+	ret |= kvt_wire_end(&b);
 	if (ret != 0 || kvt_buf_put(&outbox.frames, b.data, b.len) < 0)
 		outbox.failed = 1;
 	pthread_mutex_unlock(&outbox.lock);
@@ -151,11 +167,13 @@ outbox_deliver(void)
 {
 	struct kvt_buf frames;
 	struct kvt_session *s;
+	uint64_t del;
 	int failed;
 
 	pthread_mutex_lock(&outbox.lock);
 	frames = outbox.frames;
 	failed = outbox.failed;
+	del = outbox.del_queued;
 	outbox.frames = (struct kvt_buf){ 0 };
 	outbox.failed = 0;
 	pthread_mutex_unlock(&outbox.lock);
@@ -168,13 +186,36 @@ outbox_deliver(void)
 			s->overflow = 1;
 		else if (kvt_sess_queue(s, &frames) == -ENOMEM)
 			s->overflow = 1;
+		s->del_sent = del;
 	}
+	del_delivered = del;
 	if (failed)
 		KVT_LOG(ERR, "a region event was lost (no memory): closing the sessions of our peers");
 	kvt_buf_free(&frames);
 }
 
 /* ---- peers we opened ---- */
+
+/*
+ * Tell the peer which of the regions it removed we are done with (no
+ * request of ours uses them, nor ever will), so its unregister returns.
+ */
+static void
+peer_gone(struct kvt_peer *p)
+{
+	uint64_t upto = kvt_peer_regions_settle(p);
+	struct kvt_buf b = { 0 };
+
+	if (upto <= p->del_acked)
+		return;
+	if (kvt_wire_begin(&b, KVT_W_REGION_GONE) == 0 &&
+	    kvt_wire_put_u64(&b, KVT_T_SEQ, upto) == 0 &&
+	    kvt_wire_end(&b) == 0 &&
+	    send(p->fd, b.data, b.len, MSG_NOSIGNAL | MSG_DONTWAIT) ==
+	    (ssize_t)b.len)
+		p->del_acked = upto;	/* else again at the next tick */
+	kvt_buf_free(&b);
+}
 
 static int
 peer_read(struct kvt_peer *p)
@@ -215,6 +256,8 @@ peer_read(struct kvt_peer *p)
 			ret = kvt_peer_region_update(p, type == KVT_W_REGION_ADD,
 						     p->rx.data + off + KVT_WIRE_HDR,
 						     (size_t)len);
+			if (ret == 0 && type == KVT_W_REGION_DEL)
+				peer_gone(p);
 			break;
 		case KVT_W_PORT_MSG:
 			ret = kvt_ctl_port_msg(p->conn, p->rx.data + off +
@@ -292,9 +335,78 @@ forget_peer(struct kvt_peer *p)
 		epoll_ctl(ctl_epfd, EPOLL_CTL_DEL, p->fd, NULL);
 }
 
+/* Does s's peer copy into our memory itself (so only it can stop)? */
+static int
+sess_copies_here(const struct kvt_session *s)
+{
+	unsigned int i;
+
+	for (i = 0; i < KVT_MAX_PORTS; i++)
+		if (s->conn[i] != NULL &&
+		    (s->conn[i]->port->pmd->ops->flags & KVT_PMD_F_PEER_COPIES))
+			return 1;
+	return 0;
+}
+
+/* Under ctl_lock: sessions that still owe a REGION_GONE for seq; with
+ * give_up, each of them is closed at the next tick. */
+static unsigned int
+gone_owed(uint64_t seq, int give_up)
+{
+	struct kvt_session *s;
+	unsigned int n = 0;
+
+	if (del_delivered < seq)
+		return 1;	/* not even handed out yet */
+	for (s = kvt_eng->sessions; s != NULL; s = s->next) {
+		if (!s->authed || s->del_sent < seq || s->del_acked >= seq ||
+		    !sess_copies_here(s))
+			continue;
+		n++;
+		if (give_up) {
+			KVT_LOG(ERR, "peer %s did not confirm in time that it stopped writing a region unregistered here: its session is closed",
+				s->info.name);
+			s->overflow = 1;
+		}
+	}
+	return n;
+}
+
+/*
+ * The calling thread's last removal: wait until every peer that copies
+ * into our memory itself (shm, nvlink) confirmed that no copy of its
+ * into the region runs or will start.  Those that do not within the
+ * timeout lose their session.
+ */
+static int
+region_gone_wait(unsigned int timeout_ms)
+{
+	uint64_t seq = del_ticket;
+	uint64_t deadline = kvt_now_us() + (uint64_t)timeout_ms * 1000;
+	unsigned int owed;
+	int late;
+
+	if (seq == 0)
+		return 0;
+	for (;;) {
+		late = kvt_now_us() > deadline;
+		pthread_mutex_lock(&kvt_eng->ctl_lock);
+		owed = gone_owed(seq, late);
+		pthread_mutex_unlock(&kvt_eng->ctl_lock);
+		if (owed == 0)
+			return 0;
+		if (late) {
+			wake_ctl();
+			return -ETIMEDOUT;
+		}
+		usleep(100);
+	}
+}
+
 static const struct kvt_ctl_hooks ctl_hooks = {
 	.adopt_peer = adopt_peer,
 	.forget_peer = forget_peer,
+	.region_gone_wait = region_gone_wait,
 };
 
 static void
@@ -310,6 +422,8 @@ ctl_tick(uint64_t now)
 		if (__atomic_load_n(&p->state, __ATOMIC_ACQUIRE) != KVT_PEER_UP)
 			continue;
 		peer_ping(p, now);
+		if (p->retired != NULL || p->del_seen > p->del_acked)
+			peer_gone(p);
 		if (peer_silent(p, now, dead_us)) {
 			KVT_LOG(ERR, "peer %s: no answer for %u ms", p->info.name,
 				kvt_eng->o.timeout_ms);

@@ -314,6 +314,7 @@ enum kvt_wire_type {
 	KVT_W_REGION_DEL,
 	KVT_W_BYE,
 	KVT_W_PORT_MSG,		/* PORT_ID (the receiver's), BLOB */
+	KVT_W_REGION_GONE,	/* SEQ: every REGION_DEL up to it is done */
 	KVT_W_TYPE_MAX,
 };
 
@@ -449,6 +450,7 @@ struct kvt_rimp {
 	struct kvt_claims *claims;
 	uint64_t refs;		/* requests in flight using it */
 	struct kvt_rimp *retired_next;	/* unpublished while in use */
+	uint64_t del_seq;	/* the REGION_DEL that retired it (0: none) */
 };
 
 #define KVT_PINGS_OUT 16
@@ -474,7 +476,11 @@ struct kvt_peer {
 	uint32_t down_mask;	/* conns a PMD marked down, atomic */
 	uint32_t tail_seq;	/* the last tail number given out, atomic */
 	struct kvt_rangemap regions;	/* base -> struct kvt_rimp */
-	struct kvt_rimp *retired;	/* released when the peer closes */
+	/* Regions the peer removed while requests still used them: each is
+	 * released once they are done (control thread). */
+	struct kvt_rimp *retired;
+	uint64_t del_seen;	/* the newest REGION_DEL number taken */
+	uint64_t del_acked;	/* the newest REGION_GONE sent */
 	struct kvt_buf rx;	/* control thread's receive buffer */
 	struct kvt_peer_stats st;
 	struct kvt_peer *next;
@@ -495,6 +501,8 @@ struct kvt_session {
 	struct kvt_once *once;	/* numbered tails this peer sent us */
 	uint64_t partial_us;	/* since when rx holds part of a frame */
 	int overflow;		/* it let its answers pile up: close it */
+	uint64_t del_sent;	/* the newest REGION_DEL queued to it */
+	uint64_t del_acked;	/* the newest REGION_GONE it sent */
 	struct kvt_session *next;
 };
 
@@ -532,6 +540,10 @@ void kvt_peer_lost(struct kvt_peer *p, int err);
 /* Apply a REGION_ADD/DEL from the peer (control thread). */
 int kvt_peer_region_update(struct kvt_peer *p, int add, const uint8_t *val,
 			   size_t len);
+/* Control thread: release the regions the peer removed that no request
+ * uses any more; @return the newest REGION_DEL number up to which every
+ * removal is done (for REGION_GONE). */
+uint64_t kvt_peer_regions_settle(struct kvt_peer *p);
 void kvt_peers_close_all(void);
 struct kvt_rimp *kvt_peer_find_region(struct kvt_peer *p, uint64_t addr,
 				      uint64_t len);
@@ -615,6 +627,11 @@ void kvt_fence_fini(void);
 struct kvt_ctl_hooks {
 	int (*adopt_peer)(struct kvt_peer *p);
 	void (*forget_peer)(struct kvt_peer *p);
+	/* After a region this thread unregistered was announced gone: wait
+	 * until every peer that copies into our memory itself confirmed it
+	 * stopped; @return 0, or -ETIMEDOUT (those that did not were
+	 * disconnected). */
+	int (*region_gone_wait)(unsigned int timeout_ms);
 };
 
 struct kvt_engine {

@@ -363,10 +363,15 @@ kvt_mem_unregister(struct kvt_mem *m)
 		a->regs--;
 	pthread_mutex_unlock(&reg_lock);
 	mem_event(m, 0);
+	/* Peers that copy into this memory themselves stop only when they
+	 * hear of it: unregistered means closed once they say so. */
+	if ((m->lm.flags & (KVT_MEM_REMOTE_READ | KVT_MEM_REMOTE_WRITE)) &&
+	    kvt_eng->ctl_hooks != NULL)
+		ret = kvt_eng->ctl_hooks->region_gone_wait(kvt_eng->o.timeout_ms);
 	ports_unregister(m);
 	m->magic = 0;
 	free(m);
-	return 0;
+	return ret;
 }
 
 int

@@ -170,7 +170,7 @@ kvt_peer_region_update(struct kvt_peer *p, int add, const uint8_t *val,
 	struct kvt_rimp *ri;
 	const uint8_t *v;
 	void *gone;
-	uint64_t base;
+	uint64_t base, seq = 0;
 	uint32_t l;
 	uint16_t tag;
 
@@ -186,18 +186,40 @@ kvt_peer_region_update(struct kvt_peer *p, int add, const uint8_t *val,
 	}
 	if (tag != KVT_T_BASE || kvt_tlv_u64(v, l, &base) < 0)
 		return -EPROTO;
+	/* Its number, which REGION_GONE answers (an older peer sends none). */
+	if (kvt_tlv_next(&t, &tag, &v, &l) > 0 && tag == KVT_T_SEQ &&
+	    kvt_tlv_u64(v, l, &seq) == 0 && seq > p->del_seen)
+		p->del_seen = seq;
+	/* Once removed from the map (which waits out the readers that may
+	 * have found it), no new request takes it. */
 	if (kvt_rangemap_remove(&p->regions, base, &gone) < 0)
 		return 0;	/* never imported: nothing to do */
 	ri = gone;
-	/* Submissions hold regions by reference; keep it until the peer
-	 * closes when some still use it. */
-	if (__atomic_load_n(&ri->refs, __ATOMIC_ACQUIRE) == 0) {
-		rimp_release(p, ri);
-	} else {
-		ri->retired_next = p->retired;
-		p->retired = ri;
-	}
+	/* Submissions hold regions by reference: it goes when they are
+	 * done (kvt_peer_regions_settle). */
+	ri->del_seq = seq;
+	ri->retired_next = p->retired;
+	p->retired = ri;
 	return 0;
+}
+
+uint64_t
+kvt_peer_regions_settle(struct kvt_peer *p)
+{
+	struct kvt_rimp **pp = &p->retired, *ri;
+	uint64_t upto = p->del_seen;
+
+	while ((ri = *pp) != NULL) {
+		if (__atomic_load_n(&ri->refs, __ATOMIC_ACQUIRE) == 0) {
+			*pp = ri->retired_next;
+			rimp_release(p, ri);
+			continue;
+		}
+		if (ri->del_seq != 0 && ri->del_seq <= upto)
+			upto = ri->del_seq - 1;
+		pp = &ri->retired_next;
+	}
+	return upto;
 }
 
 struct kvt_rimp *

@@ -290,6 +290,23 @@ sess_pong(struct kvt_session *s)
 	return kvt_sess_queue(s, &pong);
 }
 
+/* The peer stopped using every region we removed up to SEQ. */
+static int
+sess_gone(struct kvt_session *s, const uint8_t *p, size_t len)
+{
+	struct kvt_tlv t = { p, len };
+	const uint8_t *v;
+	uint64_t seq;
+	uint32_t l;
+	uint16_t tag;
+
+	if (kvt_tlv_next(&t, &tag, &v, &l) <= 0 || tag != KVT_T_SEQ ||
+	    kvt_tlv_u64(v, l, &seq) < 0 || seq > s->del_sent)
+		return -EPROTO;
+	s->del_acked = RTE_MAX(s->del_acked, seq);
+	return 0;
+}
+
 static int
 sess_frame(struct kvt_session *s, uint16_t type, const uint8_t *p, size_t len)
 {
@@ -308,6 +325,8 @@ sess_frame(struct kvt_session *s, uint16_t type, const uint8_t *p, size_t len)
 		return -ECONNRESET;
 	case KVT_W_PORT_MSG:
 		return kvt_ctl_port_msg(s->conn, p, len);
+	case KVT_W_REGION_GONE:
+		return sess_gone(s, p, len);
 	default:
 		return -EPROTO;
 	}

@@ -7,10 +7,12 @@
 #define KVT_TEST_ASSERT_H
 
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <criterion/criterion.h>
 #include <rte_errno.h>
@@ -110,6 +112,99 @@ tc_fence_then_note(struct tc_peer *t, struct kvt_peer *p, uint8_t *src,
 	cr_assert_eq(tc_peer_u64(t, 10, "fwait 2 5000000"), 0);
 	cr_assert_eq(tc_peer_cmd(t, buf, sizeof(buf), "notes 200000"), 0);
 	cr_assert(strstr(buf, "done@") != NULL, "notification: '%s'", buf);
+}
+
+/*
+ * Unregistered means closed: a thread writes 4 KiB blocks (each with new
+ * bytes) into the peer's region id as fast as it can while the peer
+ * unregisters it, once 100 have landed; the peer's bytes are hashed when
+ * its unregister returned and 200 ms later, and must not have changed.
+ * rounds regions in turn (ids 1 to rounds), each allocated with the peer
+ * command alloc ("alloc" or "malloc").  @return the writes that landed
+ * (all before the unregisters returned).
+ */
+struct tc_race {
+	struct kvt_peer *p;
+	uint8_t *src;
+	uint64_t base;
+	uint32_t stop;
+	uint64_t writes;	/* submitted */
+	uint64_t landed;	/* succeeded */
+};
+
+static inline void *
+tc_race_writer(void *arg)
+{
+	struct tc_race *r = arg;
+	struct kvt_xfer x = { .op = KVT_OP_WRITE, .len = 4096 };
+	struct kvt_batch *b = kvt_batch_alloc(1);
+	uint64_t k = 0;
+
+	while (!__atomic_load_n(&r->stop, __ATOMIC_ACQUIRE)) {
+		k++;
+		memset(r->src, (int)(k & 0xff), 4096);
+		x.local = r->src;
+		x.remote = r->base + (k % 256) * 4096;
+		if (kvt_submit(b, r->p, &x, 1, NULL) >= 0 &&
+		    kvt_wait(b, 5000000) == 0 && kvt_status(b, 0) == 0)
+			__atomic_fetch_add(&r->landed, 1, __ATOMIC_RELEASE);
+		kvt_batch_reset(b);
+		__atomic_store_n(&r->writes, k, __ATOMIC_RELEASE);
+	}
+	kvt_batch_free(b);
+	return NULL;
+}
+
+/* Does the peer export a region at base, as this engine knows it? */
+static inline int
+tc_peer_has(struct kvt_peer *p, uint64_t base)
+{
+	struct kvt_region reg[32];
+	int i, n = kvt_peer_regions(p, reg, 32);
+
+	for (i = 0; i < n; i++)
+		if (reg[i].base == base)
+			return 1;
+	return 0;
+}
+
+static inline uint64_t
+tc_unregister_race(struct tc_peer *t, struct kvt_peer *p, const char *alloc,
+		   unsigned int rounds)
+{
+	struct tc_race r = { .p = p };
+	struct kvt_mem *m;
+	uint64_t h1, h2, writes = 0, before;
+	unsigned int id;
+	pthread_t th;
+
+	r.src = malloc(4096);
+	m = kvt_mem_register(r.src, 4096, NULL, 0);
+	cr_assert_not_null(m);
+	for (id = 1; id <= rounds; id++) {
+		r.base = tc_peer_u64(t, 0, "%s %u %u w", alloc, id, 1u << 20);
+		/* The region reaches this engine (a REGION_ADD). */
+		while (!tc_peer_has(p, r.base))
+			usleep(1000);
+		r.stop = 0;
+		r.writes = r.landed = 0;
+		cr_assert_eq(pthread_create(&th, NULL, tc_race_writer, &r), 0);
+		while (__atomic_load_n(&r.landed, __ATOMIC_ACQUIRE) < 100)
+			usleep(100);
+		before = __atomic_load_n(&r.writes, __ATOMIC_ACQUIRE);
+		cr_assert_eq(tc_peer_u64(t, 10, "unreg %u", id), 0);
+		h1 = tc_peer_u64(t, 16, "sum %u 0 %u", id, 1u << 20);
+		usleep(200000);
+		h2 = tc_peer_u64(t, 16, "sum %u 0 %u", id, 1u << 20);
+		__atomic_store_n(&r.stop, 1, __ATOMIC_RELEASE);
+		pthread_join(th, NULL);
+		writes += r.landed;
+		cr_assert_eq(h1, h2, "round %u: a write landed after the unregister returned (%" PRIu64 " writes before it, %" PRIu64 " in all)",
+			     id, before, r.writes);
+	}
+	kvt_mem_unregister(m);
+	free(r.src);
+	return writes;
 }
 
 #endif

@@ -249,6 +249,41 @@ frozen_peer(const char *opts, int must_fail)
 	free(x);
 }
 
+/* Unregistered means closed (tc_unregister_race), on each transport. */
+static void
+unregister_closes(const char *opts, const char *alloc)
+{
+	struct tc_peer t;
+	struct kvt_peer *p;
+	uint64_t writes;
+
+	cr_assert_geq(tc_engine_init(opts), 0);
+	cr_assert_eq(tc_peer_start(&t, opts), 0);
+	p = tc_open_peer(&t);
+	writes = tc_unregister_race(&t, p, alloc, 10);
+	cr_log_info("%s: %" PRIu64 " writes landed racing 10 unregisters, none after one returned",
+		    opts, writes);
+	kvt_peer_close(p);
+	tc_peer_stop(&t);
+	kvt_fini();
+}
+
+Test(faults, unregister_closes_shm, .timeout = 120)
+{
+	unregister_closes(SHM, "alloc");
+}
+
+/* shm over process_vm_writev (memory not from kvt_mem_alloc). */
+Test(faults, unregister_closes_shm_cma, .timeout = 120)
+{
+	unregister_closes(SHM, "malloc");
+}
+
+Test(faults, unregister_closes_tcp, .timeout = 120)
+{
+	unregister_closes(TCP, "alloc");
+}
+
 /*
  * Slow is not dead: a target whose data lcore gets no cpu for 90 % of the
  * timeout (its kernel and control thread go on), or that is frozen

@@ -323,6 +323,29 @@ Test(rdma, data_fence_notify, .timeout = 120, .fini = rails_fini)
 }
 
 /*
+ * Unregistered means closed over verbs: deregistering the memory at the
+ * target (its NIC's key) ends every access, even from a peer that has
+ * not heard of it yet (tc_unregister_race).
+ */
+Test(rdma, unregister_closes, .timeout = 120, .fini = rails_fini)
+{
+	struct tc_peer t;
+	struct kvt_peer *p;
+	uint64_t writes;
+
+	rails("mlx5_0,mlx5_1");
+	cr_assert_geq(tc_engine_init(OPTS), 0);
+	cr_assert_eq(tc_peer_start(&t, OPTS), 0);
+	p = tc_open_peer(&t);
+	writes = tc_unregister_race(&t, p, "alloc", 10);
+	cr_log_info("%" PRIu64 " writes landed racing 10 unregisters, none after one returned",
+		    writes);
+	kvt_peer_close(p);
+	tc_peer_stop(&t);
+	kvt_fini();
+}
+
+/*
  * Slices become work requests one to one; a chain of WRITEs ends in one
  * 8-byte flush READ, READs need none, a fence is one more 8-byte WRITE.
  * Counted on the double's rail.

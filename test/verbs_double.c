@@ -14,6 +14,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -127,6 +128,7 @@ struct vd_rmr {
 	uint32_t access;
 	uint64_t addr;
 	uint64_t len;
+	uint32_t busy;		/* requesters moving bytes under the key */
 };
 
 struct vd_table {
@@ -518,26 +520,45 @@ ibv_dereg_mr(struct ibv_mr *mr)
 	unsigned int i = (mr->lkey & 0xfffff) - 1;
 
 	pthread_mutex_lock(&vd_lock);
-	__atomic_store_n(&mine->mr[i].key, 0, __ATOMIC_RELEASE);
+	__atomic_store_n(&mine->mr[i].key, 0, __ATOMIC_SEQ_CST);
 	pthread_mutex_unlock(&vd_lock);
+	/* As a NIC does: once deregistration returns, no access under the
+	 * key touches the memory; those already moving bytes finish first. */
+	while (__atomic_load_n(&mine->mr[i].busy, __ATOMIC_SEQ_CST) != 0)
+		sched_yield();
 	free(mr);
 	return 0;
 }
 
-/* The region of table t holding [addr, addr+len) under key with access. */
-static int
-mr_check(const struct vd_table *t, uint32_t key, uint64_t addr, uint64_t len,
+/*
+ * Enter the region of table t holding [addr, addr+len) under key with
+ * access, to move bytes there until mr_leave(): @return it, or NULL.
+ * Entered before the key is checked, so a deregistration that cleared
+ * the key waits for those who saw it (ibv_dereg_mr).
+ */
+static struct vd_rmr *
+mr_enter(struct vd_table *t, uint32_t key, uint64_t addr, uint64_t len,
 	 unsigned int access)
 {
 	unsigned int i = (key & 0xfffff) - 1;
-	const struct vd_rmr *m;
+	struct vd_rmr *m;
 
 	if (i >= VD_MAX_MRS)
-		return 0;
+		return NULL;
 	m = &t->mr[i];
-	return __atomic_load_n(&m->key, __ATOMIC_ACQUIRE) == key &&
-		addr >= m->addr && len <= m->len && addr - m->addr <= m->len - len &&
-		(access == 0 || (m->access & access) == access);
+	__atomic_fetch_add(&m->busy, 1, __ATOMIC_SEQ_CST);
+	if (__atomic_load_n(&m->key, __ATOMIC_SEQ_CST) == key &&
+	    addr >= m->addr && len <= m->len && addr - m->addr <= m->len - len &&
+	    (access == 0 || (m->access & access) == access))
+		return m;
+	__atomic_fetch_sub(&m->busy, 1, __ATOMIC_SEQ_CST);
+	return NULL;
+}
+
+static void
+mr_leave(struct vd_rmr *m)
+{
+	__atomic_fetch_sub(&m->busy, 1, __ATOMIC_SEQ_CST);
 }
 
 /* ---- completion queues ---- */
@@ -797,6 +818,7 @@ static int
 vd_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad)
 {
 	struct vd_qp *q = (struct vd_qp *)qp;
+	struct vd_rmr *lm;
 	struct vd_swr *w;
 	int ret = 0;
 
@@ -810,11 +832,14 @@ vd_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad
 			ret = qp->state != IBV_QPS_RTS ? EINVAL : ENOMEM;
 			break;
 		}
-		if (!(wr->send_flags & IBV_SEND_INLINE) &&
-		    !mr_check(mine, wr->sg_list[0].lkey, wr->sg_list[0].addr,
-			      wr->sg_list[0].length, 0)) {
-			ret = EINVAL;
-			break;
+		if (!(wr->send_flags & IBV_SEND_INLINE)) {
+			lm = mr_enter(mine, wr->sg_list[0].lkey,
+				      wr->sg_list[0].addr, wr->sg_list[0].length, 0);
+			if (lm == NULL) {
+				ret = EINVAL;
+				break;
+			}
+			mr_leave(lm);
 		}
 		w = &q->sq[(q->sq_head + q->sq_n++) % q->max_send];
 		w->wr_id = wr->wr_id;
@@ -899,7 +924,9 @@ execute(struct vd_qp *q, struct vd_swr *w, uint64_t now)
 	struct vd_rail *rail = q->dev->rail;
 	struct vd_table *t = table_of(q->peer);
 	struct vd_rqp *r;
+	struct vd_rmr *m;
 	uint32_t n, slot;
+	int moved;
 	int timed_out = now - w->posted_ns > rail->retry_ms * 1000000ull;
 
 	/* No acknowledgement comes: retried until the retry count runs out. */
@@ -921,12 +948,16 @@ execute(struct vd_qp *q, struct vd_swr *w, uint64_t now)
 	switch (w->opcode) {
 	case IBV_WR_RDMA_WRITE:
 	case IBV_WR_RDMA_READ:
-		if (!mr_check(t, w->rkey, w->remote, w->len,
-			      w->opcode == IBV_WR_RDMA_WRITE ?
-			      IBV_ACCESS_REMOTE_WRITE : IBV_ACCESS_REMOTE_READ) ||
-		    move(q->peer, w->opcode == IBV_WR_RDMA_WRITE, w->local,
-			 w->remote, w->len,
-			 (w->flags & IBV_SEND_INLINE) ? w->inl : NULL) < 0)
+		m = mr_enter(t, w->rkey, w->remote, w->len,
+			     w->opcode == IBV_WR_RDMA_WRITE ?
+			     IBV_ACCESS_REMOTE_WRITE : IBV_ACCESS_REMOTE_READ);
+		moved = m != NULL &&
+			move(q->peer, w->opcode == IBV_WR_RDMA_WRITE, w->local,
+			     w->remote, w->len,
+			     (w->flags & IBV_SEND_INLINE) ? w->inl : NULL) == 0;
+		if (m != NULL)
+			mr_leave(m);
+		if (!moved)
 			return gone(q->peer) ? (timed_out ? FAIL_RETRY : WAIT) :
 				FAIL_ACCESS;
 		break;

@@ -311,7 +311,7 @@ nv_conn_close(struct kvt_conn *c)
 }
 
 static const struct kvt_pmd_ops nv_ops = {
-	.flags = KVT_PMD_F_ORDERED | KVT_PMD_F_WHOLE,
+	.flags = KVT_PMD_F_ORDERED | KVT_PMD_F_WHOLE | KVT_PMD_F_PEER_COPIES,
 	.rank = 40,
 	.probe = nv_probe,
 	.start = nv_start,

@@ -366,7 +366,7 @@ shm_conn_close(struct kvt_conn *c)
 }
 
 static const struct kvt_pmd_ops shm_ops = {
-	.flags = KVT_PMD_F_ORDERED,
+	.flags = KVT_PMD_F_ORDERED | KVT_PMD_F_PEER_COPIES,
 	.rank = 30,
 	.probe = shm_probe,
 	.submit = shm_submit,

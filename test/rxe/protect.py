@@ -6,7 +6,9 @@
 # at the private region or at S's region, so kvt's own range check lets
 # the request through and only the NIC's key check stands in the way.
 # Each such request must fail with EACCES, leave the bytes alone, and the
-# peer must still work afterwards.
+# peer must still work afterwards.  Then T unregisters a third region
+# while guest 0 streams writes into it: none may land after the
+# unregister returned (the NIC's key is gone).
 #
 #   protect.py target|initiator BUILD SHARED IP PEER_IP
 # Prints [PASS] rxe::protect_* / [FAIL] rxe::protect_*: why.
@@ -16,6 +18,7 @@ import sys
 import time
 
 EACCES = 13
+ERANGE = 34
 LEN = 1 << 20
 PORT = 7473
 OPTS = ["--kvt-pmd", "rdma", "--kvt-idle", "sleep:50", "--kvt-timeout",
@@ -39,13 +42,19 @@ class Peer:
             raise RuntimeError("testpeer did not start: %s" % line)
         self.addr = line[1]
 
-    def cmd(self, text):
+    def send(self, text):
         self.p.stdin.write(text + "\n")
         self.p.stdin.flush()
+
+    def reply(self, text):
         rep = self.p.stdout.readline().strip()
         if not rep.startswith("ok"):
             raise RuntimeError("%s -> %s" % (text, rep))
         return rep[3:]
+
+    def cmd(self, text):
+        self.send(text)
+        return self.reply(text)
 
     def stop(self):
         try:
@@ -76,12 +85,23 @@ def target(build, shared, ip):
     s = Peer(build, "127.0.0.1:0")
     exported = t.cmd("malloc 0 %d rw" % LEN)
     private = t.cmd("malloc 1 %d -" % LEN)
+    racing = t.cmd("malloc 2 %d w" % LEN)
     other = s.cmd("malloc 0 %d -" % LEN)
     t.cmd("fill 1 0 %d 11" % LEN)
     s.cmd("fill 0 0 %d 12" % LEN)
     sums = (t.cmd("sum 1 0 %d" % LEN), s.cmd("sum 0 0 %d" % LEN))
     publish(os.path.join(shared, "protect-addrs"),
-            "%s %s %s %s\n" % (t.addr, exported, private, other))
+            "%s %s %s %s %s\n" % (t.addr, exported, private, other, racing))
+    # Guest 0 streams writes into region 2: unregister it under them.
+    race = "timeout"
+    if await_file(os.path.join(shared, "race-go"), 300):
+        time.sleep(1)
+        st = t.cmd("unreg 2")
+        h1 = t.cmd("sum 2 0 %d" % LEN)
+        time.sleep(2)
+        h2 = t.cmd("sum 2 0 %d" % LEN)
+        race = "%s %s" % (st, "same" if h1 == h2 else "changed")
+    publish(os.path.join(shared, "race-result"), race + "\n")
     ok = await_file(os.path.join(shared, "protect-done"), 300)
     after = (t.cmd("sum 1 0 %d" % LEN), s.cmd("sum 0 0 %d" % LEN))
     good = t.cmd("sum 0 0 4096")
@@ -107,12 +127,28 @@ def initiator(build, shared, ip):
         check("protect", False, "guest 1 published no addresses")
         return 1
     with open(os.path.join(shared, "protect-addrs")) as f:
-        taddr, exported, private, other = f.read().split()
+        taddr, exported, private, other, racing = f.read().split()
     i = Peer(build, "%s:0" % ip)
     try:
         i.cmd("malloc 0 %d rw" % LEN)
         i.cmd("fill 0 0 %d 3" % LEN)
         i.cmd("open %s" % taddr)
+        # Writes stream into region 2 until one fails: it was
+        # unregistered under them (EACCES from the NIC, or ERANGE once
+        # this engine heard of it).
+        cmd = "stream write 0 0 %s 4096 100000000" % racing
+        i.send(cmd)
+        publish(os.path.join(shared, "race-go"), "\n")
+        st, n = i.reply(cmd).split()
+        if not await_file(os.path.join(shared, "race-result"), 120):
+            check("unregister_closes", False, "guest 1 reported nothing")
+        else:
+            with open(os.path.join(shared, "race-result")) as f:
+                got = f.read().split()
+            check("unregister_closes",
+                  got == ["0", "same"] and int(st) in (-EACCES, -ERANGE),
+                  "unregister %s, memory %s after it; the stream ended "
+                  "with %s after %s writes" % (got[0], got[-1], st, n))
         st = int(i.cmd("write 0 0 %s 4096" % exported))
         check("protect_inside", st == 0, "a write inside the region: %d" % st)
         # The private region of the same process, then another process's.
