@@ -151,6 +151,23 @@ comp_channel(struct ibv_context *ctx, const char *nic)
 	return ch;
 }
 
+/*
+ * The queue pairs' local ACK timeout, t for 4.096 us << t per try, seven
+ * retries before a pair fails: the whole budget is about the peer
+ * timeout, so a slow host (loaded, or soft-RoCE under emulation, where
+ * the peer's kernel answers) is not taken for a broken link, and a broken
+ * one still fails within about the timeout.  Never below 14 (67 ms).
+ */
+static uint8_t
+qp_timeout(uint32_t timeout_ms)
+{
+	uint8_t t = 14;
+
+	while (t < 31 && (4096ull << t) * 8 < (uint64_t)timeout_ms * 1000000)
+		t++;
+	return t;
+}
+
 static int
 port_open(const struct kvt_pmd *pmd, struct ibv_device *d,
 	  const struct kvt_topo_nic *nic, int nic_index, unsigned int ordinal,
@@ -211,7 +228,7 @@ port_open(const struct kvt_pmd *pmd, struct ibv_device *d,
 	RD_LOG(DEBUG, "%s port %u: active MTU %d, max_msg_sz %u; completion queue %d, send queue %u",
 	       nic->name, nic->port, 128 << pa.active_mtu, rp->max_msg,
 	       rp->cq_size, rp->sq);
-	rp->timeout = 14;	/* 4.096 us << 14 = 67 ms per retry */
+	rp->timeout = qp_timeout(kvt_pmd_env()->timeout_ms);
 	pthread_mutex_init(&rp->lock, NULL);
 	rp->backoff_ms = RD_BACKOFF_MIN_MS;
 	if (nic->port > 1)

@@ -44,6 +44,17 @@
  * error state).  Entries before the failed one completed (completions
  * are in order) unless the error is a flush, where nothing is known; the
  * rest are failed with -EIO, which the engine retries on another NIC.
+ *
+ * Why a slice failed here cannot land after its retry (the stale copy
+ * tcp must fence off with RETIRE): a requester in the error state sends
+ * nothing more, so no packet of the failed pair is retransmitted after
+ * the failure is seen; the responder takes only the next PSN in order
+ * and acknowledges a duplicate WRITE without placing it again, and the
+ * pair is reset at both ends with fresh PSNs before it carries anything
+ * (REARM).  What remains is a packet of it still in the fabric while the
+ * retry completes and a newer write lands: the retry budget (seven times
+ * the local ACK timeout, about --kvt-timeout) is orders of magnitude
+ * longer than a packet lives in a switch.
  */
 #include <endian.h>
 #include <errno.h>
