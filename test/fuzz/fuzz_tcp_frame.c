@@ -2,7 +2,9 @@
 /*
  * tcp data frames as a peer may send them, header after header: a
  * request the target accepts, an answer the initiator accepts, and the
- * status it turns into, must all stay within the protocol's bounds.
+ * status it turns into, must all stay within the protocol's bounds.  The
+ * whole input is also read as a message between the two ends of a
+ * connection (RETIRE, RETIRED), which must keep its counts in bounds.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -17,9 +19,17 @@ int
 LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	struct tcp_hdr h;
+	struct tcp_retire rq;
+	struct tcp_retired rd;
 	uint32_t payload, want_len;
 	uint8_t want;
 	int st;
+
+	st = tcp_msg_parse(data, size, &rq, &rd);
+	if ((st == TCP_M_RETIRE && rq.nseq > TCP_RETIRE_SEQS) ||
+	    (st == TCP_M_RETIRED && rd.nseq > TCP_RETIRE_SEQS) ||
+	    (st != TCP_M_RETIRE && st != TCP_M_RETIRED && st != -EPROTO))
+		abort();
 
 	while (size >= sizeof(h) + 5) {
 		memcpy(&h, data, sizeof(h));
@@ -37,7 +47,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			abort();
 		st = tcp_wire_status(h.status);
 		if (st != 0 && st != -ERANGE && st != -ENOBUFS && st != -ENOTSUP &&
-		    st != -EIO && st != -EPROTO)
+		    st != -EIO && st != -EFAULT && st != -EPROTO)
 			abort();
 		tcp_hdr_to_wire(&h);
 		if (memcmp(&h, data - sizeof(h) - 5, sizeof(h)) != 0)
