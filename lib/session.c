@@ -548,7 +548,8 @@ kvt_sess_expired(const struct kvt_session *s, uint64_t now, uint64_t dead_us)
 	 * take the handshake's whole bound (dialling every path). */
 	if (!s->pinged)
 		quiet = RTE_MAX(quiet, (uint64_t)KVT_HANDSHAKE_US);
-	if (!s->authed && now - s->opened_us > KVT_PREAUTH_US)
+	if (!s->authed && now - s->opened_us > KVT_PREAUTH_US &&
+	    s->partial_us == 0 && !sess_has_input(s))
 		why = "no hello in time";
 	else if (now - s->last_rx_us > quiet && !sess_has_input(s))
 		why = "silent";

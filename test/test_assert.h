@@ -119,13 +119,17 @@ tc_fence_then_note(struct tc_peer *t, struct kvt_peer *p, uint8_t *src,
  * bytes) into the peer's region id as fast as it can while the peer
  * unregisters it, once 100 have landed; the peer's bytes are hashed when
  * its unregister returned and 200 ms later, and must not have changed.
- * rounds regions in turn (ids 1 to rounds), each allocated with the peer
- * command alloc ("alloc" or "malloc").  @return the writes that landed
- * (all before the unregisters returned).
+ * rounds regions in turn (ids 1 to rounds) of 1 MiB, each allocated with
+ * the peer command alloc, a format taking the id and the size ("alloc %u
+ * %u w").  The writes come from r's src and fill, which the caller sets
+ * (src registered here).  @return the writes that landed (all before the
+ * unregisters returned).
  */
 struct tc_race {
 	struct kvt_peer *p;
 	uint8_t *src;
+	/* New bytes for write k at src (host memory: NULL, a memset). */
+	void (*fill)(uint8_t *src, size_t len, uint64_t k);
 	uint64_t base;
 	uint32_t stop;
 	uint64_t writes;	/* submitted */
@@ -142,7 +146,10 @@ tc_race_writer(void *arg)
 
 	while (!__atomic_load_n(&r->stop, __ATOMIC_ACQUIRE)) {
 		k++;
-		memset(r->src, (int)(k & 0xff), 4096);
+		if (r->fill != NULL)
+			r->fill(r->src, 4096, k);
+		else
+			memset(r->src, (int)(k & 0xff), 4096);
 		x.local = r->src;
 		x.remote = r->base + (k % 256) * 4096;
 		if (kvt_submit(b, r->p, &x, 1, NULL) >= 0 &&
@@ -169,22 +176,20 @@ tc_peer_has(struct kvt_peer *p, uint64_t base)
 }
 
 static inline uint64_t
-tc_unregister_race(struct tc_peer *t, struct kvt_peer *p, const char *alloc,
+tc_unregister_race(struct tc_peer *t, struct tc_race *rp, const char *alloc,
 		   unsigned int rounds)
 {
-	struct tc_race r = { .p = p };
-	struct kvt_mem *m;
+	struct tc_race r = *rp;
 	uint64_t h1, h2, writes = 0, before;
 	unsigned int id;
 	pthread_t th;
+	char cmd[128];
 
-	r.src = malloc(4096);
-	m = kvt_mem_register(r.src, 4096, NULL, 0);
-	cr_assert_not_null(m);
 	for (id = 1; id <= rounds; id++) {
-		r.base = tc_peer_u64(t, 0, "%s %u %u w", alloc, id, 1u << 20);
+		snprintf(cmd, sizeof(cmd), alloc, id, 1u << 20);
+		r.base = tc_peer_u64(t, 0, "%s", cmd);
 		/* The region reaches this engine (a REGION_ADD). */
-		while (!tc_peer_has(p, r.base))
+		while (!tc_peer_has(r.p, r.base))
 			usleep(1000);
 		r.stop = 0;
 		r.writes = r.landed = 0;
@@ -202,9 +207,23 @@ tc_unregister_race(struct tc_peer *t, struct kvt_peer *p, const char *alloc,
 		cr_assert_eq(h1, h2, "round %u: a write landed after the unregister returned (%" PRIu64 " writes before it, %" PRIu64 " in all)",
 			     id, before, r.writes);
 	}
+	return writes;
+}
+
+/* tc_unregister_race from a host buffer of this engine's. */
+static inline uint64_t
+tc_unregister_race_host(struct tc_peer *t, struct kvt_peer *p,
+			const char *alloc, unsigned int rounds)
+{
+	struct tc_race r = { .p = p, .src = malloc(4096) };
+	struct kvt_mem *m = kvt_mem_register(r.src, 4096, NULL, 0);
+	uint64_t n;
+
+	cr_assert_not_null(m);
+	n = tc_unregister_race(t, &r, alloc, rounds);
 	kvt_mem_unregister(m);
 	free(r.src);
-	return writes;
+	return n;
 }
 
 #endif

@@ -260,7 +260,7 @@ unregister_closes(const char *opts, const char *alloc)
 	cr_assert_geq(tc_engine_init(opts), 0);
 	cr_assert_eq(tc_peer_start(&t, opts), 0);
 	p = tc_open_peer(&t);
-	writes = tc_unregister_race(&t, p, alloc, 10);
+	writes = tc_unregister_race_host(&t, p, alloc, 10);
 	cr_log_info("%s: %" PRIu64 " writes landed racing 10 unregisters, none after one returned",
 		    opts, writes);
 	kvt_peer_close(p);
@@ -270,18 +270,18 @@ unregister_closes(const char *opts, const char *alloc)
 
 Test(faults, unregister_closes_shm, .timeout = 120)
 {
-	unregister_closes(SHM, "alloc");
+	unregister_closes(SHM, "alloc %u %u w");
 }
 
 /* shm over process_vm_writev (memory not from kvt_mem_alloc). */
 Test(faults, unregister_closes_shm_cma, .timeout = 120)
 {
-	unregister_closes(SHM, "malloc");
+	unregister_closes(SHM, "malloc %u %u w");
 }
 
 Test(faults, unregister_closes_tcp, .timeout = 120)
 {
-	unregister_closes(TCP, "alloc");
+	unregister_closes(TCP, "alloc %u %u w");
 }
 
 /*

@@ -537,6 +537,47 @@ Test(nvlink, stale_completion_one_gpu, .timeout = 300)
 #endif
 }
 
+#ifdef KVT_HAVE_CUDA
+static void
+cuda_fill(uint8_t *src, size_t len, uint64_t k)
+{
+	cr_assert_eq(tc_cuda_fill(src, len, k), 0);
+}
+#endif
+
+/*
+ * Unregistered means closed over nvlink (the initiator copies into the
+ * target's GPU memory itself): writes from GPU 0 race the target's
+ * unregister of its cuda:0 regions; none lands after it returned
+ * (tc_unregister_race).  One GPU is enough.
+ */
+Test(nvlink, unregister_closes, .timeout = 300)
+{
+	need_gpus(1);
+#ifdef KVT_HAVE_CUDA
+	struct tc_race r = { .fill = cuda_fill };
+	struct kvt_mem *m;
+	struct tc_peer t;
+	uint64_t writes;
+
+	cr_assert_geq(tc_engine_init("--kvt-pmd nvlink"), 0);
+	cr_assert_eq(tc_peer_start(&t, "--kvt-pmd nvlink"), 0);
+	r.src = kvt_mem_alloc(4096, "cuda:0");
+	cr_assert_not_null(r.src, "cuda:0 alloc: %s", rte_strerror(rte_errno));
+	m = kvt_mem_register(r.src, 4096, "cuda:0", 0);
+	cr_assert_not_null(m);
+	r.p = tc_open_peer(&t);
+	writes = tc_unregister_race(&t, &r, "calloc %u %u w 0", 10);
+	cr_log_info("%" PRIu64 " writes landed racing 10 unregisters, none after one returned",
+		    writes);
+	kvt_peer_close(r.p);
+	kvt_mem_unregister(m);
+	kvt_mem_free(r.src);
+	tc_peer_stop(&t);
+	kvt_fini();
+#endif
+}
+
 /*
  * What the RDMA transport needs from CUDA to put a NIC on GPU memory: each
  * device's PCI address (the topology) and a dma-buf of device memory

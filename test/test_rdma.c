@@ -337,7 +337,7 @@ Test(rdma, unregister_closes, .timeout = 120, .fini = rails_fini)
 	cr_assert_geq(tc_engine_init(OPTS), 0);
 	cr_assert_eq(tc_peer_start(&t, OPTS), 0);
 	p = tc_open_peer(&t);
-	writes = tc_unregister_race(&t, p, "alloc", 10);
+	writes = tc_unregister_race_host(&t, p, "alloc %u %u w", 10);
 	cr_log_info("%" PRIu64 " writes landed racing 10 unregisters, none after one returned",
 		    writes);
 	kvt_peer_close(p);

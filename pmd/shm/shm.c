@@ -13,7 +13,12 @@
  *
  * Ordering: the lcore copies a connection's slices in queue order and
  * stores fences and completion words with release semantics after the
- * copies, so data is visible before the fence that follows it.
+ * copies, so data is visible before the fence that follows it.  A copy
+ * is finished when its slice completes, and nothing copies on our behalf
+ * anywhere else: no byte of a slice, done or failed, lands later (what
+ * tcp must fence off when it gives up a socket).  The target cannot
+ * refuse our copies, so a region it unregisters is closed once we confirm
+ * we stopped using it (KVT_PMD_F_PEER_COPIES).
  */
 #define _GNU_SOURCE
 #include <errno.h>
