@@ -53,13 +53,19 @@ struct scan {
 	unsigned long notes;
 };
 
+static void scan_notes(struct scan *s);
+
 static void
 scan_words(struct scan *s)
 {
 	const uint64_t *w = (const uint64_t *)(const void *)s->base;
-	uint64_t i, v, n = s->nb * s->bs / WORD;
+	uint64_t i, v, n = s->nb * s->bs / WORD, per = s->bs / WORD;
 
 	for (i = 0; i < n; i++) {
+		/* Notifications taken as we go: a busy scanner must not
+		 * leave the inbox full (its writer waits, then fails). */
+		if (i % (8 * per) == 0)
+			scan_notes(s);
 		v = __atomic_load_n(&w[i], __ATOMIC_RELAXED);
 		if (v >= s->seen[i]) {
 			s->seen[i] = v;
@@ -167,12 +173,15 @@ tc_rounds_send(struct kvt_peer *peer, uint8_t *src, uint32_t nb, uint64_t bs,
 	uint64_t deadline = tc_now_us() + us, r, writes = 0, failed = 0;
 	struct kvt_batch *batch;
 	char note[48];
-	int ret, first = 0, waitret = 0;
+	int ret, first = 0, waitret = 0, *idx;
 	uint32_t b;
 
 	batch = kvt_batch_alloc(nb);
-	if (batch == NULL)
+	idx = calloc(nb, sizeof(*idx));
+	if (batch == NULL || idx == NULL) {
+		free(idx);
 		return -1;
+	}
 	o.fence.table = fence;
 	for (r = 1; tc_now_us() < deadline && waitret == 0; r++) {
 		for (b = 0; b < nb; b++) {
@@ -184,17 +193,17 @@ tc_rounds_send(struct kvt_peer *peer, uint8_t *src, uint32_t nb, uint64_t bs,
 			o.notify_len = (uint32_t)snprintf(note, sizeof(note),
 							  "%u %" PRIu64, b, r);
 			o.notify = note;
-			ret = kvt_submit(batch, peer, &x, 1, &o);
-			if (ret < 0) {
+			idx[b] = kvt_submit(batch, peer, &x, 1, &o);
+			writes++;
+			if (idx[b] < 0) {
 				failed++;
-				first = first != 0 ? first : ret;
+				first = first != 0 ? first : idx[b];
 			}
 		}
 		/* Finite, but well past any retry: a hang is a failure. */
 		waitret = kvt_wait(batch, 60ull * 1000 * 1000);
 		for (b = 0; b < nb && waitret == 0; b++) {
-			ret = kvt_status(batch, b);
-			writes++;
+			ret = idx[b] >= 0 ? kvt_status(batch, (unsigned int)idx[b]) : 0;
 			if (ret != 0) {
 				failed++;
 				first = first != 0 ? first : ret;
@@ -205,5 +214,6 @@ tc_rounds_send(struct kvt_peer *peer, uint8_t *src, uint32_t nb, uint64_t bs,
 	snprintf(out, len, "rounds=%" PRIu64 " writes=%" PRIu64 " failed=%" PRIu64
 		 " first=%d wait=%d", r - 1, writes, failed, first, waitret);
 	kvt_batch_free(batch);
+	free(idx);
 	return 0;
 }

@@ -146,6 +146,8 @@ struct tcp_conn {
 	 * target and, once answered, has the lcore release the work.
 	 */
 	uint32_t retire;	/* enum tcp_retire_state */
+	int32_t giving_up;	/* lcore: the error, till the poll ends */
+	struct tcp_conn *gnext;	/* lcore: the port's list of such */
 	struct kvt_desc *held, *held_tail;	/* lcore */
 	struct tcp_conn *rnext;	/* lcore: the port's list of such */
 	uint32_t nrseq;
@@ -172,6 +174,7 @@ struct tcp_port {
 	struct tcp_conn *accepted;	/* token owners */
 	pthread_mutex_t lock;
 	struct tcp_conn *dialed;	/* initiator connections */
+	struct tcp_conn *giving_up;	/* lcore: to retire when a poll ends */
 	struct tcp_conn *retiring;	/* lcore: connections holding work */
 	uint64_t timeout_tsc;
 	uint64_t stall_tsc;	/* a socket quiet this long: is it broken? */
@@ -200,9 +203,16 @@ void tcp_sock_close(struct kvt_port *port, struct tcp_sock *s, int err);
  * target may still take, give up its whole connection
  * (tcp_conn_retire). */
 void tcp_sock_fail(struct kvt_port *port, struct tcp_sock *s, int err);
+/* Lcore: move the work socket s held (answers awaited, then frames
+ * unsent) to the end of c's held list. */
+void tcp_conn_hold(struct tcp_conn *c, struct tcp_sock *s);
 /* Lcore: give up every socket of initiator connection c: closed at once,
  * their work held until the target confirms it closed its ends. */
 void tcp_conn_retire(struct kvt_port *port, struct tcp_conn *c, int err);
+/* Lcore, at the end of a poll: retire the connections one of whose
+ * sockets was given up during it (its siblings may be in the poll's
+ * lists of ready sockets until then). */
+void tcp_retire_given_up(struct kvt_port *port);
 /* Lcore: end the hold of a retiring connection: each tail the target
  * took (bit i of taken for rseq[i]) completes, everything else fails
  * with err (the engine moves slices to other ports). */

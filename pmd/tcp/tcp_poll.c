@@ -293,10 +293,7 @@ poll_out(struct kvt_port *port, uint32_t *budget)
 		}
 		next = s->next;
 		if (ret < 0) {
-			/* A retire closes its siblings too: start over. */
 			tcp_sock_fail(port, s, ret);
-			next = tp->socks;
-			prev = stop = stop_prev = NULL;
 			continue;
 		}
 		if (before == 0 && stop == NULL && s->authed) {
@@ -354,7 +351,10 @@ tcp_poll(struct kvt_port *port)
 	work = tp->nurgent != 0 ? tcp_urgent_turn(port) : 0;
 	in = out = share(tp) * TCP_TURN_SHARES;
 	work += poll_in(port, &in);
-	return work + poll_out(port, &out);
+	work += poll_out(port, &out);
+	if (tp->giving_up != NULL)
+		tcp_retire_given_up(port);
+	return work;
 }
 
 /* Does s wait for room in its socket buffer (not for acks)? */

@@ -33,10 +33,8 @@
 #include "tcp.h"
 
 
-/* Move the work a socket held (answers awaited, then frames unsent) to
- * the end of c's held list. */
-static void
-hold(struct tcp_conn *c, struct tcp_sock *s)
+void
+tcp_conn_hold(struct tcp_conn *c, struct tcp_sock *s)
 {
 	struct kvt_desc *lists[2] = { s->wq, s->txq }, *d;
 	unsigned int k;
@@ -76,7 +74,7 @@ tcp_conn_retire(struct kvt_port *port, struct tcp_conn *c, int err)
 		s = c->socks[c->nsocks - 1];
 		tcp_conn_sock_del(c, c->nsocks - 1);
 		s->conn = NULL;
-		hold(c, s);
+		tcp_conn_hold(c, s);
 		tcp_sock_close(port, s, err);
 	}
 	kvt_conn_set_down(&c->c, 1);
@@ -94,6 +92,20 @@ tcp_conn_retire(struct kvt_port *port, struct tcp_conn *c, int err)
 	tp->retiring = c;
 	/* The held list and rseq are the control thread's to read now. */
 	__atomic_store_n(&c->retire, TCP_R_HELD, __ATOMIC_RELEASE);
+}
+
+void
+tcp_retire_given_up(struct kvt_port *port)
+{
+	struct tcp_port *tp = port->priv;
+	struct tcp_conn *c;
+
+	while ((c = tp->giving_up) != NULL) {
+		tp->giving_up = c->gnext;
+		c->gnext = NULL;
+		tcp_conn_retire(port, c, c->giving_up);
+		c->giving_up = 0;
+	}
 }
 
 void

@@ -176,15 +176,30 @@ work_err(int err)
 void
 tcp_sock_fail(struct kvt_port *port, struct tcp_sock *s, int err)
 {
+	struct tcp_port *tp = port->priv;
 	struct tcp_conn *c = s->conn;
+	unsigned int i;
 
-	if (!s->server && c != NULL && (s->wq != NULL || s->txq != NULL) &&
-	    !peer_closed(err) && err != -ECANCELED &&
-	    !__atomic_load_n(&c->c.dead, __ATOMIC_ACQUIRE)) {
-		tcp_conn_retire(port, c, work_err(err));
+	if (s->server || c == NULL || (s->wq == NULL && s->txq == NULL) ||
+	    peer_closed(err) || err == -ECANCELED ||
+	    __atomic_load_n(&c->c.dead, __ATOMIC_ACQUIRE)) {
+		tcp_sock_close(port, s, work_err(err));
 		return;
 	}
+	/* Given up: s goes now with its work held; its siblings go when the
+	 * poll ends (tcp_retire_given_up), as the poll may still hold them
+	 * in its lists. */
+	for (i = 0; i < c->nsocks; i++)
+		if (c->socks[i] == s)
+			tcp_conn_sock_del(c, i);
+	s->conn = NULL;
+	tcp_conn_hold(c, s);
 	tcp_sock_close(port, s, work_err(err));
+	if (c->giving_up == 0) {
+		c->giving_up = work_err(err);
+		c->gnext = tp->giving_up;
+		tp->giving_up = c;
+	}
 }
 
 /*
