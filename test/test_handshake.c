@@ -13,6 +13,7 @@
 #include <unistd.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 
@@ -359,5 +360,53 @@ Test(handshake, opener_not_silent_before_its_first_ping, .timeout = 60)
 	cr_assert(closed_by_server(fd), "a silent session stayed open");
 	close(fd);
 	kvt_buf_free(&b);
+	kvt_fini();
+}
+
+#define FLOOD 4200
+#define FLOOD_OPTS "--kvt-pmd tcp --kvt-nic lo --kvt-timeout 1000"
+
+/*
+ * Strangers cannot lock peers out: with more than 4 096 connections to
+ * its control port that never say a word, a target still lets a peer
+ * open within 100 ms.
+ */
+Test(handshake, preauth_flood, .timeout = 60)
+{
+	struct rlimit rl = { 8192, 8192 };
+	struct sockaddr_in sa;
+	struct tc_peer t;
+	struct kvt_peer *p;
+	int *fds = malloc(FLOOD * sizeof(int));
+	unsigned int i, n = 0;
+	uint64_t t0, took;
+
+	cr_assert_eq(setrlimit(RLIMIT_NOFILE, &rl), 0, "needs root for 8192 fds");
+	cr_assert_geq(tc_engine_init(FLOOD_OPTS), 0);
+	cr_assert_eq(tc_peer_start(&t, FLOOD_OPTS), 0);
+	cr_assert_eq(kvt_parse_addr(t.addr, &sa), 0);
+	for (i = 0; i < FLOOD; i++) {
+		fds[i] = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+		cr_assert_geq(fds[i], 0);
+		if (connect(fds[i], (struct sockaddr *)&sa, sizeof(sa)) == 0 ||
+		    errno == EINPROGRESS)
+			n++;
+		/* In waves the listen queue holds: all get in. */
+		if (i % 64 == 63)
+			usleep(5000);
+	}
+	usleep(300000);
+	t0 = tc_now_us();
+	p = kvt_peer_open(t.addr, 5000);
+	took = tc_now_us() - t0;
+	cr_log_info("%u silent connections: the peer opened in %.1f ms", n,
+		    (double)took / 1e3);
+	cr_assert_not_null(p, "open during the flood: %s", rte_strerror(rte_errno));
+	cr_assert_lt(took, 100000, "opening took %.1f ms", (double)took / 1e3);
+	kvt_peer_close(p);
+	for (i = 0; i < FLOOD; i++)
+		close(fds[i]);
+	free(fds);
+	tc_peer_stop(&t);
 	kvt_fini();
 }
