@@ -598,7 +598,8 @@ rounds_down(struct rounds *rb)
 	tc_peer_stop(&rb->dec.p);
 }
 
-/* Head's kv1 (its own end) down for down_ms, then up for up_ms, n times. */
+/* Interface dev in namespace dev_ns ("": the root one) down for down_ms,
+ * then up for up_ms, n times. */
 static void
 flap(const char *dev_ns, const char *dev, unsigned int n, unsigned int down_ms,
      unsigned int up_ms)
@@ -615,71 +616,49 @@ flap(const char *dev_ns, const char *dev, unsigned int n, unsigned int down_ms,
 	}
 }
 
+/*
+ * Rounds for 10 s while the head's kv1 goes down for down_ms and up for
+ * up_ms, n times: on the switch side (the head's interface stays up, its
+ * packets go nowhere) or on the head's own interface (its kernel sees the
+ * link go).  Every write must succeed over kv0 meanwhile.
+ */
 static void
-head_ns(char *out, size_t len)
+rounds_flapping(const char *what, int switch_side, unsigned int n,
+		unsigned int down_ms, unsigned int up_ms)
 {
-	snprintf(out, len, "%s-head", prefix);
+	struct rounds rb;
+	char ns[32] = "", dev[32] = "kv1";
+
+	if (switch_side)
+		snprintf(dev, sizeof(dev), "%s-02", prefix);
+	else
+		snprintf(ns, sizeof(ns), "%s-head", prefix);
+	rounds_up(&rb);
+	rounds_start(&rb, 10);
+	usleep(1000000);
+	flap(ns, dev, n, down_ms, up_ms);
+	rounds_check(&rb, what, 0);
+	rounds_down(&rb);
 }
 
-/* The head's own interface: its kernel sees the link go. */
 Test(netns, rounds_host_flaps, .timeout = 180, .fini = cluster_down)
 {
-	struct rounds rb;
-	char ns[32];
-
-	rounds_up(&rb);
-	head_ns(ns, sizeof(ns));
-	rounds_start(&rb, 10);
-	usleep(1000000);
-	flap(ns, "kv1", 6, 150, 1200);
-	rounds_check(&rb, "host-side flaps", 0);
-	rounds_down(&rb);
+	rounds_flapping("host-side flaps", 0, 6, 150, 1200);
 }
 
-/* Short flaps on the switch side: the head's interface stays up, its
- * packets go nowhere for 150 ms. */
 Test(netns, rounds_short_flaps, .timeout = 180, .fini = cluster_down)
 {
-	struct rounds rb;
-	char dev[32];
-
-	rounds_up(&rb);
-	snprintf(dev, sizeof(dev), "%s-02", prefix);
-	rounds_start(&rb, 10);
-	usleep(1000000);
-	flap("", dev, 6, 150, 1200);
-	rounds_check(&rb, "short switch-side flaps", 0);
-	rounds_down(&rb);
+	rounds_flapping("short switch-side flaps", 1, 6, 150, 1200);
 }
 
-/* The switch side of the link: the head's interface stays up, its
- * packets go nowhere. */
 Test(netns, rounds_switch_flaps, .timeout = 180, .fini = cluster_down)
 {
-	struct rounds rb;
-	char dev[32];
-
-	rounds_up(&rb);
-	snprintf(dev, sizeof(dev), "%s-02", prefix);
-	rounds_start(&rb, 10);
-	usleep(1000000);
-	flap("", dev, 4, 400, 1500);
-	rounds_check(&rb, "switch-side flaps", 0);
-	rounds_down(&rb);
+	rounds_flapping("switch-side flaps", 1, 4, 400, 1500);
 }
 
 Test(netns, rounds_second_flaps, .timeout = 180, .fini = cluster_down)
 {
-	struct rounds rb;
-	char dev[32];
-
-	rounds_up(&rb);
-	snprintf(dev, sizeof(dev), "%s-02", prefix);
-	rounds_start(&rb, 10);
-	usleep(1000000);
-	flap("", dev, 4, 1000, 1000);
-	rounds_check(&rb, "1 s flaps", 0);
-	rounds_down(&rb);
+	rounds_flapping("1 s flaps", 1, 4, 1000, 1000);
 }
 
 /* Both links dark for 3 s: writes may fail then, but nothing older may

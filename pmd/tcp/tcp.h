@@ -192,6 +192,8 @@ void tcp_tune(int fd, const struct tcp_port *tp);
 void tcp_conn_sock_add(struct tcp_conn *c, struct tcp_sock *s);
 /* Lcore: socket i leaves its connection. */
 void tcp_conn_sock_del(struct tcp_conn *c, unsigned int i);
+/* Lcore: close every socket of c, failing what each held with err. */
+void tcp_conn_close_socks(struct kvt_port *port, struct tcp_conn *c, int err);
 /* Lcore: close a socket (abortively: the kernel sends nothing of it
  * later).  Its work moves to another socket of its connection, else
  * fails with err: only for a socket the peer closed, or whose work may

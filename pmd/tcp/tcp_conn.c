@@ -349,14 +349,8 @@ detach_conn(struct kvt_port *port, void *arg)
 {
 	struct tcp_port *tp = port->priv;
 	struct tcp_conn *c = arg, **pp;
-	struct tcp_sock *s;
 
-	while (c->nsocks > 0) {
-		s = c->socks[c->nsocks - 1];
-		tcp_conn_sock_del(c, c->nsocks - 1);
-		s->conn = NULL;
-		tcp_sock_close(port, s, -ECONNRESET);
-	}
+	tcp_conn_close_socks(port, c, -ECONNRESET);
 	if (c->held != NULL || c->rnext != NULL || tp->retiring == c)
 		tcp_conn_release(port, c, 0, -ECONNRESET);
 	for (pp = &tp->accepted; *pp != NULL; pp = &(*pp)->next)

@@ -62,21 +62,64 @@ is_tail(const struct kvt_desc *d)
 		d->seq != 0;
 }
 
+/* Did the peer close the socket (so nothing we sent on it can act
+ * later)?  A reset or a broken pipe says so; a timeout, an unreachable
+ * host or a protocol error is our own verdict. */
+static int
+peer_closed(int err)
+{
+	return err == -ECONNRESET || err == -EPIPE;
+}
+
+/* The error a socket's work fails with, from the error that ended it:
+ * one the engine retries elsewhere. */
+static int
+work_err(int err)
+{
+	if (err == -ETIMEDOUT || err == -ECANCELED)
+		return err;
+	return err == -EPROTO ? -EIO : -ECONNRESET;
+}
+
+void
+tcp_sock_fail(struct kvt_port *port, struct tcp_sock *s, int err)
+{
+	struct tcp_port *tp = port->priv;
+	struct tcp_conn *c = s->conn;
+	unsigned int i;
+
+	if (s->server || c == NULL || (s->wq == NULL && s->txq == NULL) ||
+	    peer_closed(err) || err == -ECANCELED ||
+	    __atomic_load_n(&c->c.dead, __ATOMIC_ACQUIRE)) {
+		tcp_sock_close(port, s, work_err(err));
+		return;
+	}
+	/* Given up: s goes now with its work held; its siblings go when the
+	 * poll ends (tcp_retire_given_up), as the poll may still hold them
+	 * in its lists. */
+	for (i = 0; i < c->nsocks; i++)
+		if (c->socks[i] == s)
+			tcp_conn_sock_del(c, i);
+	s->conn = NULL;
+	tcp_conn_hold(c, s);
+	tcp_sock_close(port, s, work_err(err));
+	if (c->giving_up == 0) {
+		c->giving_up = work_err(err);
+		c->gnext = tp->giving_up;
+		tp->giving_up = c;
+	}
+}
+
 void
 tcp_conn_retire(struct kvt_port *port, struct tcp_conn *c, int err)
 {
 	struct tcp_port *tp = port->priv;
-	struct tcp_sock *s;
 	struct kvt_desc *d;
-	unsigned int n = 0;
+	unsigned int i, n = 0;
 
-	while (c->nsocks > 0) {
-		s = c->socks[c->nsocks - 1];
-		tcp_conn_sock_del(c, c->nsocks - 1);
-		s->conn = NULL;
-		tcp_conn_hold(c, s);
-		tcp_sock_close(port, s, err);
-	}
+	for (i = 0; i < c->nsocks; i++)
+		tcp_conn_hold(c, c->socks[i]);
+	tcp_conn_close_socks(port, c, err);
 	kvt_conn_set_down(&c->c, 1);
 	if (c->held == NULL || c->retire != TCP_R_NONE)
 		return;
@@ -249,14 +292,8 @@ close_call(struct kvt_port *port, void *arg)
 {
 	struct close_arg *a = arg;
 	struct tcp_conn *c = a->c;
-	struct tcp_sock *s;
 
-	while (c->nsocks > 0) {
-		s = c->socks[c->nsocks - 1];
-		tcp_conn_sock_del(c, c->nsocks - 1);
-		s->conn = NULL;
-		tcp_sock_close(port, s, -ECONNRESET);
-	}
+	tcp_conn_close_socks(port, c, -ECONNRESET);
 	memcpy(c->prev_token, c->token, sizeof(c->token));
 	memcpy(c->token, a->next, sizeof(c->token));
 	return 0;

@@ -58,6 +58,19 @@ tcp_sock_add(struct tcp_port *tp, int fd, int server)
 	return s;
 }
 
+void
+tcp_conn_close_socks(struct kvt_port *port, struct tcp_conn *c, int err)
+{
+	struct tcp_sock *s;
+
+	while (c->nsocks > 0) {
+		s = c->socks[c->nsocks - 1];
+		tcp_conn_sock_del(c, c->nsocks - 1);
+		s->conn = NULL;
+		tcp_sock_close(port, s, err);
+	}
+}
+
 /* Fail what a dying socket held, or move its data slices to another
  * connection of the same peer. */
 static void
@@ -152,54 +165,6 @@ tcp_fd_abort(int fd)
 
 	setsockopt(fd, SOL_SOCKET, SO_LINGER, &l, sizeof(l));
 	close(fd);
-}
-
-/* Did the peer close the socket (so nothing we sent on it can act
- * later)?  A reset or a broken pipe says so; a timeout, an unreachable
- * host or a protocol error is our own verdict. */
-static int
-peer_closed(int err)
-{
-	return err == -ECONNRESET || err == -EPIPE;
-}
-
-/* The error a socket's work fails with, from the error that ended it:
- * one the engine retries elsewhere. */
-static int
-work_err(int err)
-{
-	if (err == -ETIMEDOUT || err == -ECANCELED)
-		return err;
-	return err == -EPROTO ? -EIO : -ECONNRESET;
-}
-
-void
-tcp_sock_fail(struct kvt_port *port, struct tcp_sock *s, int err)
-{
-	struct tcp_port *tp = port->priv;
-	struct tcp_conn *c = s->conn;
-	unsigned int i;
-
-	if (s->server || c == NULL || (s->wq == NULL && s->txq == NULL) ||
-	    peer_closed(err) || err == -ECANCELED ||
-	    __atomic_load_n(&c->c.dead, __ATOMIC_ACQUIRE)) {
-		tcp_sock_close(port, s, work_err(err));
-		return;
-	}
-	/* Given up: s goes now with its work held; its siblings go when the
-	 * poll ends (tcp_retire_given_up), as the poll may still hold them
-	 * in its lists. */
-	for (i = 0; i < c->nsocks; i++)
-		if (c->socks[i] == s)
-			tcp_conn_sock_del(c, i);
-	s->conn = NULL;
-	tcp_conn_hold(c, s);
-	tcp_sock_close(port, s, work_err(err));
-	if (c->giving_up == 0) {
-		c->giving_up = work_err(err);
-		c->gnext = tp->giving_up;
-		tp->giving_up = c;
-	}
 }
 
 /*
