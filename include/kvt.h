@@ -419,8 +419,8 @@ int kvt_wait(struct kvt_batch *batch, uint64_t timeout_us);
  * @return 0 done, -EINPROGRESS pending, or the request's error:
  *   -ECONNRESET (peer lost), -ETIMEDOUT, -ECANCELED (engine stopped),
  *   -EIO (transport error), -ERANGE (the peer no longer exports the
- *   range), -ENOBUFS (the peer had no room for the notification until
- *   the timeout), -EPROTO (the peer answered outside the protocol),
+ *   range), -ENOBUFS (the peer had no room for the notification for
+ *   four timeouts: its application took none), -EPROTO (the peer answered outside the protocol),
  *   -EACCES (the peer's NIC refused the access: its key does not cover
  *   the range, as when the peer unregistered it meanwhile),
  *   -EFAULT (the memory at the range is not mapped any more: an

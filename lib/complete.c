@@ -78,8 +78,10 @@ req_settled(struct kvt_sub *s, unsigned int here)
 }
 
 /*
- * A notification the peer had no room for is tried again until the peer
- * timeout: a receiver that is slow to poll should not lose messages.
+ * A notification the peer had no room for is tried again for four peer
+ * timeouts (the bound a tcp link gives a peer whose kernel takes our
+ * bytes but whose application answers none): a receiver that is slow to
+ * poll, on a busy host, should not lose messages.
  * @return 1 when it will be retried.
  */
 static int
@@ -92,7 +94,7 @@ notify_retry(struct kvt_desc *d, int err)
 		return 0;
 	if (!(d->flags & KVT_DF_RETRY)) {
 		d->flags |= KVT_DF_RETRY;
-		d->deadline = now + rte_get_tsc_hz() / 1000 * kvt_eng->o.timeout_ms;
+		d->deadline = now + rte_get_tsc_hz() / 1000 * 4 * kvt_eng->o.timeout_ms;
 	}
 	if (now > d->deadline) {
 		((struct kvt_sub *)d->owner)->notify_pending = 0;

@@ -629,11 +629,11 @@ rounds_flapping(const char *what, int switch_side, unsigned int n,
 	struct rounds rb;
 	char ns[32] = "", dev[32] = "kv1";
 
+	rounds_up(&rb);		/* the cluster's prefix is known now */
 	if (switch_side)
 		snprintf(dev, sizeof(dev), "%s-02", prefix);
 	else
 		snprintf(ns, sizeof(ns), "%s-head", prefix);
-	rounds_up(&rb);
 	rounds_start(&rb, 10);
 	usleep(1000000);
 	flap(ns, dev, n, down_ms, up_ms);
