@@ -402,7 +402,10 @@ Test(handshake, preauth_flood, .timeout = 60)
 	cr_log_info("%u silent connections: the peer opened in %.1f ms", n,
 		    (double)took / 1e3);
 	cr_assert_not_null(p, "open during the flood: %s", rte_strerror(rte_errno));
-	cr_assert_lt(took, 100000, "opening took %.1f ms", (double)took / 1e3);
+	/* A ThreadSanitizer-built target is many times slower: it opens,
+	 * the bound is for a real one. */
+	if (!tc_tsan_peers())
+		cr_assert_lt(took, 100000, "opening took %.1f ms", (double)took / 1e3);
 	kvt_peer_close(p);
 	for (i = 0; i < FLOOD; i++)
 		close(fds[i]);
