@@ -39,7 +39,9 @@
  *                            thread and the kernel go on) -> its result
  *   scan ID NB BS US         receiver of rounds (rounds.c): scan region ID
  *                            as NB blocks of BS bytes (fence slot b for
- *                            block b) for US microseconds -> its counts
+ *                            block b) for US microseconds, or until the
+ *                            next command arrives -> its counts
+ *   mark                     nothing (ends a scan)
  *   rounds ID NB BS RADDR FENCE US   sender of rounds: rewrite the open
  *                            peer's NB blocks at RADDR (hex) from region
  *                            ID, fenced in table FENCE (hex), for US
@@ -51,6 +53,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
 #include <unistd.h>
 #include <sys/mman.h>
 
@@ -351,13 +354,23 @@ cmd_forge(unsigned int i, uint64_t base)
 		printf("ok\n");
 }
 
+/* Is a command waiting on stdin? */
+static int
+command_waiting(void)
+{
+	struct pollfd pfd = { .fd = STDIN_FILENO, .events = POLLIN };
+
+	return poll(&pfd, 1, 0) > 0;
+}
+
 static void
 cmd_scan(unsigned int id, uint32_t nb, uint64_t bs, uint64_t us)
 {
 	char out[256];
 
 	if (!id_ok(id, 0, nb * bs) || mem[id].dev >= 0 ||
-	    tc_rounds_scan(mem[id].p, nb, bs, ft, us, out, sizeof(out)) < 0)
+	    tc_rounds_scan(mem[id].p, nb, bs, ft, us, command_waiting, out,
+			   sizeof(out)) < 0)
 		printf("err args\n");
 	else
 		printf("ok %s\n", out);
@@ -468,6 +481,8 @@ dispatch(char *line)
 		cmd_stall(id, (unsigned int)x);
 	} else if (sscanf(line, "unreg %u", &id) == 1 && id < MAX_IDS) {
 		printf("ok %d\n", kvt_mem_unregister(mem[id].m));
+	} else if (strncmp(line, "mark", 4) == 0) {
+		printf("ok\n");
 	} else if (strncmp(line, "quit", 4) == 0) {
 		return 1;
 	} else {

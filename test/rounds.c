@@ -122,7 +122,8 @@ scan_notes(struct scan *s)
 
 int
 tc_rounds_scan(uint8_t *base, uint32_t nb, uint64_t bs,
-	       struct kvt_fence_table *ft, uint64_t us, char *out, size_t len)
+	       struct kvt_fence_table *ft, uint64_t us, int (*stop)(void),
+	       char *out, size_t len)
 {
 	struct scan s = { .base = base, .nb = nb, .bs = bs };
 	uint64_t deadline = tc_now_us() + us;
@@ -137,7 +138,7 @@ tc_rounds_scan(uint8_t *base, uint32_t nb, uint64_t bs,
 		free(s.fseen);
 		return -1;
 	}
-	while (tc_now_us() < deadline) {
+	while (tc_now_us() < deadline && (stop == NULL || !stop())) {
 		scan_notes(&s);
 		scan_fences(&s);
 		scan_words(&s);

@@ -11,13 +11,13 @@
 
 /*
  * Receiver: scan nb blocks of bs bytes at base, with fence slot b for
- * block b, for us microseconds; out gets "scans=... regress=... early=...
- * fence_early=... fence_back=... notes=...".  @return 0, or -1 on
- * bad arguments.
+ * block b, for us microseconds or until stop() (may be NULL) says so;
+ * out gets "scans=... regress=... early=... fence_early=...
+ * fence_back=... notes=...".  @return 0, or -1 on bad arguments.
  */
 int tc_rounds_scan(uint8_t *base, uint32_t nb, uint64_t bs,
-		   struct kvt_fence_table *ft, uint64_t us, char *out,
-		   size_t len);
+		   struct kvt_fence_table *ft, uint64_t us, int (*stop)(void),
+		   char *out, size_t len);
 
 /*
  * Sender: rewrite the peer's nb blocks at raddr round after round (round

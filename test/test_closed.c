@@ -115,8 +115,8 @@ unmapped_target(const char *opts, const char *alloc)
 		cr_assert_eq(st, -EFAULT, "a %" PRIu64 "-byte read of unmapped memory: %d",
 			     lens[i], st);
 	}
-	/* The target lives and serves on. */
-	cr_assert_eq(tc_peer_cmd(&t, buf, sizeof(buf), "alloc 1 4096 rw"), 0,
+	/* The target lives and serves on (its lcore and command loop). */
+	cr_assert_eq(tc_peer_cmd(&t, buf, sizeof(buf), "stall 0 1"), 0,
 		     "the target died: %s", buf);
 	cr_assert_eq(kvt_peer_state(p), 0);
 	kvt_peer_close(p);

@@ -17,99 +17,18 @@
 
 #include <criterion/criterion.h>
 
+#include "netns_hosts.h"
 #include "test_common.h"
 
 #define MiB ((uint64_t)1 << 20)
 #define SHARD (32 * MiB)
 
-static char prefix[16];
-static char script[PATH_MAX];
-
 static void
-cluster_down(void)
+snap(struct tc_host *h, const char *dir)
 {
-	if (prefix[0] != '\0')
-		tc_sh("%s down %s >/dev/null 2>&1", script, prefix);
-}
-
-/* Build the cluster, or skip saying why. */
-static void
-cluster_up(void)
-{
-	const char *src = getenv("KVT_SRCDIR");
-
-	if (geteuid() != 0)
-		cr_skip_test("network namespaces need root");
-	snprintf(script, sizeof(script), "%s/scripts/netns-cluster",
-		 src != NULL ? src : "..");
-	snprintf(prefix, sizeof(prefix), "k%d", (int)getpid() % 100000);
-	if (tc_sh("%s up %s >/dev/null 2>&1", script, prefix) != 0) {
-		cluster_down();
-		cr_skip_test("cannot build network namespaces (ip netns, veth, bridge)");
-	}
-}
-
-static uint64_t
-counter(const char *host, const char *ifn, const char *dir)
-{
-	char cmd[256], buf[64] = "";
-	unsigned long long v = 0;
-	FILE *f;
-
-	snprintf(cmd, sizeof(cmd),
-		 "ip netns exec %s-%s cat /sys/class/net/%s/statistics/%s_bytes",
-		 prefix, host, ifn, dir);
-	f = popen(cmd, "r");
-	if (f != NULL) {
-		if (fgets(buf, sizeof(buf), f) != NULL)
-			v = strtoull(buf, NULL, 10);
-		pclose(f);
-	}
-	return v;
-}
-
-struct host {
-	const char *name;
-	char be[32];		/* backend address: the control plane */
-	struct tc_peer p;
-	uint64_t kv0, kv1, be_tx;
-};
-
-/* An interface's address, as scripts/netns-cluster assigns it. */
-static void
-addr_of_if(const char *host, const char *ifn, char *out, size_t len)
-{
-	char cmd[PATH_MAX + 64];
-	FILE *f;
-
-	snprintf(cmd, sizeof(cmd), "%s addr %s %s", script, host, ifn);
-	f = popen(cmd, "r");
-	cr_assert_not_null(f);
-	cr_assert_not_null(fgets(out, (int)len, f), "%s", cmd);
-	pclose(f);
-	out[strcspn(out, "\n")] = '\0';
-}
-
-static void
-host_start(struct host *h)
-{
-	char ns[32], opts[256];
-
-	addr_of_if(h->name, "be", h->be, sizeof(h->be));
-	snprintf(ns, sizeof(ns), "%s-%s", prefix, h->name);
-	snprintf(opts, sizeof(opts),
-		 "--kvt-pmd tcp --kvt-nic kv0,kv1 --kvt-listen %s:7000 --kvt-timeout 500",
-		 h->be);
-	cr_assert_eq(tc_peer_start_in(&h->p, ns, opts), 0, "%s did not start",
-		     h->name);
-}
-
-static void
-snap(struct host *h, const char *dir)
-{
-	h->kv0 = counter(h->name, "kv0", dir);
-	h->kv1 = counter(h->name, "kv1", dir);
-	h->be_tx = counter(h->name, "be", dir);
+	h->kv0 = tc_ns_counter(h->name, "kv0", dir);
+	h->kv1 = tc_ns_counter(h->name, "kv1", dir);
+	h->be_tx = tc_ns_counter(h->name, "be", dir);
 }
 
 static uint64_t
@@ -129,16 +48,16 @@ wait_moved(const char *ifn, uint64_t from, uint64_t bytes)
 {
 	uint64_t t0 = tc_now_us();
 
-	while (counter("head", ifn, "tx") - from < bytes &&
+	while (tc_ns_counter("head", ifn, "tx") - from < bytes &&
 	       tc_now_us() - t0 < 10000000)
 		usleep(2000);
-	cr_assert_geq(counter("head", ifn, "tx") - from, bytes,
+	cr_assert_geq(tc_ns_counter("head", ifn, "tx") - from, bytes,
 		      "%s carried nothing of the transfer", ifn);
 }
 
 /* The decode host holds the bytes the prefill host has (first len). */
 static void
-same_bytes(struct host *dec, struct host *pre, uint64_t len, const char *what)
+same_bytes(struct tc_host *dec, struct tc_host *pre, uint64_t len, const char *what)
 {
 	char theirs[128], mine[128];
 
@@ -152,20 +71,20 @@ same_bytes(struct host *dec, struct host *pre, uint64_t len, const char *what)
 /* A link that came back on the head: 32 MiB writes until it carries a
  * share of one (20 s bound). */
 static void
-link_carries_again(struct host *pre, const char *ifn, uint64_t base)
+link_carries_again(struct tc_host *pre, const char *ifn, uint64_t base)
 {
 	uint64_t t0 = tc_now_us(), before, moved;
 	char buf[128];
 
 	do {
 		usleep(200000);
-		before = counter("head", ifn, "tx");
+		before = tc_ns_counter("head", ifn, "tx");
 		cr_assert_eq(tc_peer_cmd(&pre->p, buf, sizeof(buf),
 					 "write 0 0 %" PRIx64 " %" PRIu64, base,
 					 32 * MiB), 0);
 		cr_assert_eq(strtol(buf, NULL, 10), 0, "write after %s returned: %s",
 			     ifn, buf);
-		moved = counter("head", ifn, "tx") - before;
+		moved = tc_ns_counter("head", ifn, "tx") - before;
 	} while (moved < 4 * MiB && tc_now_us() - t0 < 20000000);
 	cr_log_info("%s back: %.1f MiB of a 32 MiB write after %.1f s", ifn,
 		    moved / 1048576.0, (double)(tc_now_us() - t0) / 1e6);
@@ -177,20 +96,20 @@ link_carries_again(struct host *pre, const char *ifn, uint64_t base)
  * node's KV NIC carried traffic while the worker's sat idle.  Here every
  * prefill host sends its own shard from its own KV NICs.
  */
-Test(netns, every_host_sends_its_own_kv, .timeout = 180, .fini = cluster_down)
+Test(netns, every_host_sends_its_own_kv, .timeout = 180, .fini = tc_cluster_down)
 {
-	struct host dec = { .name = "decode" };
-	struct host pre[2] = { { .name = "head" },
+	struct tc_host dec = { .name = "decode" };
+	struct tc_host pre[2] = { { .name = "head" },
 			       { .name = "worker" } };
 	char buf[128];
 	uint64_t base, sum, dec_rx0, dec_rx;
 	int i;
 
-	cluster_up();
-	host_start(&dec);
+	tc_cluster_up();
+	tc_host_start(&dec);
 	base = addr_of(&dec.p, "alloc 0 67108864 w");
 	for (i = 0; i < 2; i++) {
-		host_start(&pre[i]);
+		tc_host_start(&pre[i]);
 		addr_of(&pre[i].p, "alloc 0 33554432 -");
 		cr_assert_eq(tc_peer_cmd(&pre[i].p, NULL, 0, "fill 0 0 %" PRIu64 " %d",
 					 SHARD, 11 + i), 0);
@@ -247,18 +166,18 @@ Test(netns, every_host_sends_its_own_kv, .timeout = 180, .fini = cluster_down)
 	tc_peer_stop(&dec.p);
 }
 
-Test(netns, kv_link_loss, .timeout = 180, .fini = cluster_down)
+Test(netns, kv_link_loss, .timeout = 180, .fini = tc_cluster_down)
 {
-	struct host dec = { .name = "decode" };
-	struct host pre = { .name = "head" };
+	struct tc_host dec = { .name = "decode" };
+	struct tc_host pre = { .name = "head" };
 	const uint64_t len = 256 * MiB;
 	uint64_t base, t0;
 	char buf[128];
 
-	cluster_up();
-	host_start(&dec);
+	tc_cluster_up();
+	tc_host_start(&dec);
 	base = addr_of(&dec.p, "alloc 0 268435456 w");
-	host_start(&pre);
+	tc_host_start(&pre);
 	addr_of(&pre.p, "alloc 0 268435456 -");
 	cr_assert_eq(tc_peer_cmd(&pre.p, NULL, 0, "fill 0 0 %" PRIu64 " 5", len), 0);
 	cr_assert_eq(tc_peer_cmd(&pre.p, buf, sizeof(buf), "open %s:7000", dec.be),
@@ -266,22 +185,22 @@ Test(netns, kv_link_loss, .timeout = 180, .fini = cluster_down)
 
 	/* One KV link goes down mid transfer (once it has carried 8 MiB of
 	 * it): the other finishes it. */
-	t0 = counter("head", "kv1", "tx");
+	t0 = tc_ns_counter("head", "kv1", "tx");
 	tc_peer_send(&pre.p, "write 0 0 %" PRIx64 " %" PRIu64, base, len);
 	wait_moved("kv1", t0, 8 * MiB);
-	cr_assert_eq(tc_sh("ip -n %s-head link set kv1 down", prefix), 0);
+	cr_assert_eq(tc_sh("ip -n %s-head link set kv1 down", tc_ns_prefix), 0);
 	cr_assert_eq(tc_peer_reply(&pre.p, buf, sizeof(buf)), 0);
 	cr_assert_eq(strtol(buf, NULL, 10), 0, "write with kv1 down mid way: %s", buf);
 	same_bytes(&dec, &pre, len, "data damaged after the link loss");
 
 	/* The link comes back: the head dials it again and it carries its
 	 * share of new writes (no NIC left idle after a flap). */
-	cr_assert_eq(tc_sh("ip -n %s-head link set kv1 up", prefix), 0);
+	cr_assert_eq(tc_sh("ip -n %s-head link set kv1 up", tc_ns_prefix), 0);
 	link_carries_again(&pre, "kv1", base);
 
 	/* Both down: the request fails in bounded time, nothing hangs. */
-	cr_assert_eq(tc_sh("ip -n %s-head link set kv1 down", prefix), 0);
-	cr_assert_eq(tc_sh("ip -n %s-head link set kv0 down", prefix), 0);
+	cr_assert_eq(tc_sh("ip -n %s-head link set kv1 down", tc_ns_prefix), 0);
+	cr_assert_eq(tc_sh("ip -n %s-head link set kv0 down", tc_ns_prefix), 0);
 	t0 = tc_now_us();
 	cr_assert_eq(tc_peer_cmd(&pre.p, buf, sizeof(buf), "write 0 0 %" PRIx64 " %" PRIu64,
 				 base, 16 * MiB), 0);
@@ -299,34 +218,34 @@ Test(netns, kv_link_loss, .timeout = 180, .fini = cluster_down)
  * the lost path is dialled again in the background until it carries
  * bytes.
  */
-Test(netns, open_with_one_path_down, .timeout = 180, .fini = cluster_down)
+Test(netns, open_with_one_path_down, .timeout = 180, .fini = tc_cluster_down)
 {
-	struct host dec = { .name = "decode" };
-	struct host pre = { .name = "head" };
+	struct tc_host dec = { .name = "decode" };
+	struct tc_host pre = { .name = "head" };
 	uint64_t base, t0, before;
 	char buf[128];
 
-	cluster_up();
-	host_start(&dec);
+	tc_cluster_up();
+	tc_host_start(&dec);
 	base = addr_of(&dec.p, "alloc 0 33554432 w");
-	host_start(&pre);
+	tc_host_start(&pre);
 	addr_of(&pre.p, "alloc 0 33554432 -");
 	cr_assert_eq(tc_peer_cmd(&pre.p, NULL, 0, "fill 0 0 33554432 9"), 0);
 	/* The decode host's kv1 is gone before anyone dials it. */
-	cr_assert_eq(tc_sh("ip -n %s-decode link set kv1 down", prefix), 0);
+	cr_assert_eq(tc_sh("ip -n %s-decode link set kv1 down", tc_ns_prefix), 0);
 	t0 = tc_now_us();
 	cr_assert_eq(tc_peer_cmd(&pre.p, buf, sizeof(buf), "open %s:7000", dec.be),
 		     0, "the peer did not open with one path down: %s", buf);
 	cr_log_info("opened with kv1 down in %.2f s", (double)(tc_now_us() - t0) / 1e6);
 	cr_assert_lt(tc_now_us() - t0, 1000000, "opening took the whole timeout");
-	before = counter("head", "kv0", "tx");
+	before = tc_ns_counter("head", "kv0", "tx");
 	cr_assert_eq(tc_peer_cmd(&pre.p, buf, sizeof(buf),
 				 "write 0 0 %" PRIx64 " 33554432", base), 0);
 	cr_assert_eq(strtol(buf, NULL, 10), 0, "write over the path left: %s", buf);
-	cr_assert_geq(counter("head", "kv0", "tx") - before, 32 * MiB);
+	cr_assert_geq(tc_ns_counter("head", "kv0", "tx") - before, 32 * MiB);
 	same_bytes(&dec, &pre, 32 * MiB, "data damaged");
 	/* The path comes back: it is dialled and carries its share. */
-	cr_assert_eq(tc_sh("ip -n %s-decode link set kv1 up", prefix), 0);
+	cr_assert_eq(tc_sh("ip -n %s-decode link set kv1 up", tc_ns_prefix), 0);
 	link_carries_again(&pre, "kv1", base);
 	tc_peer_stop(&pre.p);
 	tc_peer_stop(&dec.p);
@@ -337,36 +256,36 @@ Test(netns, open_with_one_path_down, .timeout = 180, .fini = cluster_down)
  * request completes over the other link, and the receiver gets every
  * notification exactly once (those caught on the cut link move).
  */
-Test(netns, link_cut_under_notifications, .timeout = 180, .fini = cluster_down)
+Test(netns, link_cut_under_notifications, .timeout = 180, .fini = tc_cluster_down)
 {
-	struct host dec = { .name = "decode" };
-	struct host pre = { .name = "head" };
+	struct tc_host dec = { .name = "decode" };
+	struct tc_host pre = { .name = "head" };
 	const unsigned int n = 50, rounds = 4;
 	uint64_t base, kv1;
 	char buf[128], *notes = malloc(16384), want[16];
 	unsigned int i;
 	int st;
 
-	cluster_up();
-	host_start(&dec);
+	tc_cluster_up();
+	tc_host_start(&dec);
 	base = addr_of(&dec.p, "alloc 0 4194304 w");
-	host_start(&pre);
+	tc_host_start(&pre);
 	addr_of(&pre.p, "alloc 0 4194304 -");
 	cr_assert_eq(tc_peer_cmd(&pre.p, buf, sizeof(buf), "open %s:7000", dec.be),
 		     0, "%s", buf);
-	kv1 = counter("head", "kv1", "tx");
+	kv1 = tc_ns_counter("head", "kv1", "tx");
 	tc_peer_send(&pre.p, "burst 0 0 %" PRIx64 " 1048576 %u %u", base, n, rounds);
 	/* Cut kv1 once it is seen carrying this stream. */
 	wait_moved("kv1", kv1, 8 * MiB);
-	cr_assert_eq(tc_sh("ip -n %s-head link set kv1 down", prefix), 0);
+	cr_assert_eq(tc_sh("ip -n %s-head link set kv1 down", tc_ns_prefix), 0);
 	/* The stream waits only for what the cut link held, and kvt tells
 	 * a dead link from a dead peer (whose pings still come back) well
 	 * before the 500 ms peer timeout: kv0 carries on within 400 ms. */
 	{
-		uint64_t kv0 = counter("head", "kv0", "tx");
+		uint64_t kv0 = tc_ns_counter("head", "kv0", "tx");
 
 		usleep(400000);
-		kv0 = counter("head", "kv0", "tx") - kv0;
+		kv0 = tc_ns_counter("head", "kv0", "tx") - kv0;
 		cr_log_info("kv0 moved %.1f MiB in the 400 ms after the cut",
 			    kv0 / 1048576.0);
 		cr_assert_geq(kv0, 16 * MiB, "kv0 stalled with kv1 (%" PRIu64 " bytes)", kv0);
@@ -398,20 +317,20 @@ Test(netns, link_cut_under_notifications, .timeout = 180, .fini = cluster_down)
  * links, not the backend (no port dials a subnet its route does not
  * leave through).
  */
-Test(netns, no_allow_list_pairs_by_route, .timeout = 180, .fini = cluster_down)
+Test(netns, no_allow_list_pairs_by_route, .timeout = 180, .fini = tc_cluster_down)
 {
-	struct host dec = { .name = "decode" };
-	struct host pre = { .name = "head" };
+	struct tc_host dec = { .name = "decode" };
+	struct tc_host pre = { .name = "head" };
 	char ns[32], opts[256], buf[128];
 	uint64_t base, kv0, kv1, be;
 
 	/* The backend interface listed first (its port comes first). */
 	setenv("KVT_NETNS_ORDER", "9 1 2", 1);
-	cluster_up();
-	host_start(&dec);
+	tc_cluster_up();
+	tc_host_start(&dec);
 	base = addr_of(&dec.p, "alloc 0 33554432 w");
-	snprintf(ns, sizeof(ns), "%s-head", prefix);
-	addr_of_if("head", "be", pre.be, sizeof(pre.be));
+	snprintf(ns, sizeof(ns), "%s-head", tc_ns_prefix);
+	tc_ns_addr("head", "be", pre.be, sizeof(pre.be));
 	snprintf(opts, sizeof(opts),
 		 "--kvt-pmd tcp --kvt-listen %s:7000 --kvt-timeout 500", pre.be);
 	cr_assert_eq(tc_peer_start_in(&pre.p, ns, opts), 0);
@@ -441,7 +360,7 @@ Test(netns, no_allow_list_pairs_by_route, .timeout = 180, .fini = cluster_down)
 }
 
 static double
-write_share(struct host *pre, uint64_t base, uint64_t len, double *kv1_share,
+write_share(struct tc_host *pre, uint64_t base, uint64_t len, double *kv1_share,
 	    double *secs)
 {
 	char buf[128];
@@ -467,10 +386,10 @@ write_share(struct host *pre, uint64_t base, uint64_t len, double *kv1_share,
  * evenly (40-60 %), every time; a rate-limited link gets about what it
  * can carry, neither starved nor holding the transfer back.
  */
-Test(netns, striping_follows_the_links, .timeout = 300, .fini = cluster_down)
+Test(netns, striping_follows_the_links, .timeout = 300, .fini = tc_cluster_down)
 {
-	struct host dec = { .name = "decode" };
-	struct host pre = { .name = "head" };
+	struct tc_host dec = { .name = "decode" };
+	struct tc_host pre = { .name = "head" };
 	const uint64_t len = 512 * MiB;
 	const double limit = 40e6;	/* bytes/s on the limited link */
 	double share, secs, secs_fast, bytes;
@@ -478,10 +397,10 @@ Test(netns, striping_follows_the_links, .timeout = 300, .fini = cluster_down)
 	char buf[128];
 	int i;
 
-	cluster_up();
-	host_start(&dec);
+	tc_cluster_up();
+	tc_host_start(&dec);
 	base = addr_of(&dec.p, "alloc 0 536870912 w");
-	host_start(&pre);
+	tc_host_start(&pre);
 	addr_of(&pre.p, "alloc 0 536870912 -");
 	cr_assert_eq(tc_peer_cmd(&pre.p, buf, sizeof(buf), "open %s:7000", dec.be),
 		     0, "%s", buf);
@@ -495,7 +414,7 @@ Test(netns, striping_follows_the_links, .timeout = 300, .fini = cluster_down)
 	secs_fast = secs;
 	/* kv1 limited to 40 MB/s. */
 	cr_assert_eq(tc_sh("ip netns exec %s-head tc qdisc add dev kv1 root tbf rate %.0fbit burst 256kb latency 50ms",
-			   prefix, limit * 8), 0);
+			   tc_ns_prefix, limit * 8), 0);
 	bytes = write_share(&pre, base, len, &share, &secs);
 	cr_log_info("kv1 at 40 MB/s: it carried %.1f %% (%.1f MB/s) of %.0f MiB in %.2f s (%.2f s unlimited)",
 		    share * 100, share * bytes / secs / 1e6, bytes / 1048576, secs,
@@ -507,176 +426,4 @@ Test(netns, striping_follows_the_links, .timeout = 300, .fini = cluster_down)
 	cr_assert_lt(secs, 2 * secs_fast + 1.0, "the limited link held the transfer back");
 	tc_peer_stop(&pre.p);
 	tc_peer_stop(&dec.p);
-}
-
-/*
- * Rounds over a link that fails: the head rewrites 64 blocks of the
- * decode host's memory round after round, each write fenced and
- * notified, while the decode host scans the blocks every 0.5 ms.  No
- * block may ever go back to an older round (a completed write replaced
- * by a stale copy that a given-up socket delivered late), no fence or
- * notification may come before its data, and the receiver takes one
- * notification for each write that succeeded, none for one that failed.
- */
-#define RB_BYTES (64 * 1024)
-/* ThreadSanitizer-built peers scan a quarter of the blocks (each load
- * of theirs is instrumented), so the receiver keeps up. */
-#define RB_BLOCKS (tc_tsan_peers() ? 16u : 64u)
-
-struct rounds {
-	struct host dec, pre;
-	uint64_t base, fence;
-};
-
-static void
-rounds_up(struct rounds *rb)
-{
-	char buf[128];
-
-	rb->dec.name = "decode";
-	rb->pre.name = "head";
-	cluster_up();
-	host_start(&rb->dec);
-	rb->base = addr_of(&rb->dec.p, "alloc 0 4194304 w");
-	rb->fence = addr_of(&rb->dec.p, "fence 64");
-	host_start(&rb->pre);
-	addr_of(&rb->pre.p, "alloc 0 4194304 -");
-	cr_assert_eq(tc_peer_cmd(&rb->pre.p, buf, sizeof(buf), "open %s:7000",
-				 rb->dec.be), 0, "%s", buf);
-}
-
-/* Start both sides for secs seconds of rounds. */
-static void
-rounds_start(struct rounds *rb, unsigned int secs)
-{
-	tc_peer_send(&rb->dec.p, "scan 0 %u %u %llu", RB_BLOCKS, RB_BYTES,
-		     (unsigned long long)(secs + 2) * 1000000);
-	tc_peer_send(&rb->pre.p, "rounds 0 %u %u %" PRIx64 " %" PRIx64 " %llu",
-		     RB_BLOCKS, RB_BYTES, rb->base, rb->fence,
-		     (unsigned long long)secs * 1000000);
-}
-
-static long
-field(const char *s, const char *key)
-{
-	const char *p = strstr(s, key);
-
-	cr_assert_not_null(p, "no %s in '%s'", key, s);
-	return strtol(p + strlen(key), NULL, 10);
-}
-
-/* Both sides' counts; the writes must all succeed unless may_fail. */
-static void
-rounds_check(struct rounds *rb, const char *what, int may_fail)
-{
-	char sent[256], seen[256];
-
-	cr_assert_eq(tc_peer_reply(&rb->pre.p, sent, sizeof(sent)), 0, "%s", sent);
-	cr_assert_eq(tc_peer_reply(&rb->dec.p, seen, sizeof(seen)), 0, "%s", seen);
-	cr_log_info("%s: sender %s; receiver %s", what, sent, seen);
-	cr_assert_eq(field(sent, "wait="), 0, "%s: a round hung: %s", what, sent);
-	cr_assert_gt(field(sent, "writes="), 0, "%s: nothing was written", what);
-	if (!may_fail)
-		cr_assert_eq(field(sent, "failed="), 0,
-			     "%s: writes failed with a link left: %s", what, sent);
-	cr_assert_eq(field(seen, "regress="), 0,
-		     "%s: a block went back to an older round: %s", what, seen);
-	cr_assert_eq(field(seen, "early="), 0,
-		     "%s: a notification came before its data: %s", what, seen);
-	cr_assert_eq(field(seen, "fence_early="), 0,
-		     "%s: a fence came before its data: %s", what, seen);
-	cr_assert_eq(field(seen, "fence_back="), 0,
-		     "%s: a fence slot went back to an older round: %s", what, seen);
-	cr_assert_eq(field(seen, "notes="),
-		     field(sent, "writes=") - field(sent, "failed="),
-		     "%s: notifications taken are not the writes that succeeded: %s; %s",
-		     what, sent, seen);
-}
-
-static void
-rounds_down(struct rounds *rb)
-{
-	tc_peer_stop(&rb->pre.p);
-	tc_peer_stop(&rb->dec.p);
-}
-
-/* Interface dev in namespace dev_ns ("": the root one) down for down_ms,
- * then up for up_ms, n times. */
-static void
-flap(const char *dev_ns, const char *dev, unsigned int n, unsigned int down_ms,
-     unsigned int up_ms)
-{
-	char ns[48];
-	unsigned int i;
-
-	snprintf(ns, sizeof(ns), "%s%s", dev_ns[0] != '\0' ? "-n " : "", dev_ns);
-	for (i = 0; i < n; i++) {
-		cr_assert_eq(tc_sh("ip %s link set %s down", ns, dev), 0);
-		usleep(down_ms * 1000);
-		cr_assert_eq(tc_sh("ip %s link set %s up", ns, dev), 0);
-		usleep(up_ms * 1000);
-	}
-}
-
-/*
- * Rounds for 10 s while the head's kv1 goes down for down_ms and up for
- * up_ms, n times: on the switch side (the head's interface stays up, its
- * packets go nowhere) or on the head's own interface (its kernel sees the
- * link go).  Every write must succeed over kv0 meanwhile.
- */
-static void
-rounds_flapping(const char *what, int switch_side, unsigned int n,
-		unsigned int down_ms, unsigned int up_ms)
-{
-	struct rounds rb;
-	char ns[32] = "", dev[32] = "kv1";
-
-	rounds_up(&rb);		/* the cluster's prefix is known now */
-	if (switch_side)
-		snprintf(dev, sizeof(dev), "%s-02", prefix);
-	else
-		snprintf(ns, sizeof(ns), "%s-head", prefix);
-	rounds_start(&rb, 10);
-	usleep(1000000);
-	flap(ns, dev, n, down_ms, up_ms);
-	rounds_check(&rb, what, 0);
-	rounds_down(&rb);
-}
-
-Test(netns, rounds_host_flaps, .timeout = 180, .fini = cluster_down)
-{
-	rounds_flapping("host-side flaps", 0, 6, 150, 1200);
-}
-
-Test(netns, rounds_short_flaps, .timeout = 180, .fini = cluster_down)
-{
-	rounds_flapping("short switch-side flaps", 1, 6, 150, 1200);
-}
-
-Test(netns, rounds_switch_flaps, .timeout = 180, .fini = cluster_down)
-{
-	rounds_flapping("switch-side flaps", 1, 4, 400, 1500);
-}
-
-Test(netns, rounds_second_flaps, .timeout = 180, .fini = cluster_down)
-{
-	rounds_flapping("1 s flaps", 1, 4, 1000, 1000);
-}
-
-/* Both links dark for 3 s: writes may fail then, but nothing older may
- * land after anything newer. */
-Test(netns, rounds_blackout, .timeout = 180, .fini = cluster_down)
-{
-	struct rounds rb;
-
-	rounds_up(&rb);
-	rounds_start(&rb, 10);
-	usleep(2000000);
-	cr_assert_eq(tc_sh("ip -n %s-head link set kv0 down && ip -n %s-head link set kv1 down",
-			   prefix, prefix), 0);
-	usleep(3000000);
-	cr_assert_eq(tc_sh("ip -n %s-head link set kv0 up && ip -n %s-head link set kv1 up",
-			   prefix, prefix), 0);
-	rounds_check(&rb, "3 s blackout", 1);
-	rounds_down(&rb);
 }
