@@ -103,18 +103,23 @@ handle_arg(PyObject *o, void *out)
 	return 1;
 }
 
-/* A 64-bit unsigned int argument (an address or a length). */
+/* A 64-bit unsigned int argument (an address or a length): an int, or
+ * anything with __index__ (numpy's integers). */
 int
 u64_arg(PyObject *o, void *out)
 {
 	unsigned long long v;
+	PyObject *i;
 
-	if (!PyLong_Check(o)) {
-		PyErr_Format(PyExc_TypeError, "an int is needed, not %s",
-			     Py_TYPE(o) == NULL ? "?" : "another type");
-		return 0;
+	if (PyLong_Check(o)) {
+		v = PyLong_AsUnsignedLongLong(o);
+	} else {
+		i = PyNumber_Index(o);
+		if (i == NULL)
+			return 0;
+		v = PyLong_AsUnsignedLongLong(i);
+		Py_DECREF(i);
 	}
-	v = PyLong_AsUnsignedLongLong(o);
 	if (v == (unsigned long long)-1 && PyErr_Occurred())
 		return 0;
 	*(uint64_t *)out = v;

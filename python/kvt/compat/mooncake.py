@@ -27,22 +27,37 @@ status 1 done, 0 pending, -1 failed, -2 timed out).  Where they differ:
   settle and submits again, so both land, one after the other.
 - Every call releases the GIL while it waits; memory registration too.
 """
+import ctypes
+import enum
 import errno
 import json
 import logging
+import operator
 import os
 import threading
 import time
 
 import kvt
 
-__all__ = ["TransferEngine", "TransferNotify", "TransferOpcode"]
+__all__ = ["TransferEngine", "TransferNotify", "TransferOpcode", "Read",
+           "Write"]
 
 log = logging.getLogger("kvt.compat.mooncake")
 
-#: How long a synchronous call waits in all (seconds): a bound far past
-#: kvt's own peer timeout, after which a request is reported failed.
-SYNC_TIMEOUT = float(os.environ.get("KVT_MOONCAKE_SYNC_TIMEOUT", "120"))
+
+def _sync_timeout():
+    """How long a synchronous call waits in all (seconds): a bound far
+    past kvt's own peer timeout, after which a request is reported failed.
+    MC_TRANSFER_TIMEOUT (Mooncake's, at least 5 s) sets it;
+    KVT_MOONCAKE_SYNC_TIMEOUT too, taking precedence."""
+    if "KVT_MOONCAKE_SYNC_TIMEOUT" in os.environ:
+        return float(os.environ["KVT_MOONCAKE_SYNC_TIMEOUT"])
+    if "MC_TRANSFER_TIMEOUT" in os.environ:
+        return float(max(5, int(os.environ["MC_TRANSFER_TIMEOUT"])))
+    return 120.0
+
+
+SYNC_TIMEOUT = _sync_timeout()
 
 _PROTOCOLS = {
     "tcp": ["tcp"],
@@ -53,9 +68,35 @@ _PROTOCOLS = {
 }
 
 
-class TransferOpcode:
-    READ = kvt.OP_READ
-    WRITE = kvt.OP_WRITE
+class TransferOpcode(enum.IntEnum):
+    """Mooncake's values: Read 0, Write 1 (READ, WRITE: the same)."""
+    Read = 0
+    Write = 1
+    READ = 0
+    WRITE = 1
+
+
+Read = TransferOpcode.Read
+Write = TransferOpcode.Write
+
+
+def _kvt_op(opcode):
+    """kvt's op for a Mooncake opcode; ValueError for any other value."""
+    try:
+        code = operator.index(opcode)
+    except TypeError:
+        code = None
+    if code == TransferOpcode.Read:
+        return kvt.OP_READ
+    if code == TransferOpcode.Write:
+        return kvt.OP_WRITE
+    raise ValueError("opcode %r: TransferOpcode.Read (0) or Write (1)"
+                     % (opcode,))
+
+
+def _env_true(name):
+    return os.environ.get(name, "").strip().lower() in ("1", "true", "yes",
+                                                         "on")
 
 
 class TransferNotify:
@@ -78,6 +119,7 @@ class _Shared:
     users = 0
     regions = {}        # addr -> [kvt.Region, length, refs]
     peers = {}          # "host:port" -> kvt.Peer
+    managed = {}        # addr -> length: allocate_managed_buffer's
     pid = None
     # Asynchronous batches not yet reported: a write that overlaps one of
     # them can go only once it is polled (kvt releases a request's claim
@@ -103,17 +145,23 @@ class _Async:
             self.lock.release()
 
 
-def _while_busy(call):
+def _while_busy(call, own_overlap=None):
     """call(), again while kvt refuses it for overlapping a write in
     flight (EBUSY), polling the outstanding batches meanwhile; at most
-    SYNC_TIMEOUT."""
+    SYNC_TIMEOUT.  own_overlap(): did the call overlap itself?  Then it
+    is called again at once with allow_overlap (no other write can end
+    that refusal)."""
     end = time.monotonic() + SYNC_TIMEOUT
+    together = False
     while True:
         try:
-            return call()
+            return call(together)
         except OSError as e:
             if e.errno != errno.EBUSY or time.monotonic() > end:
                 raise
+            if not together and own_overlap is not None and own_overlap():
+                together = True
+                continue
         _poll_outstanding()
         time.sleep(0.0001)
 
@@ -128,13 +176,46 @@ def _poll_outstanding():
             pass
 
 
+def _protocol(protocol):
+    """The protocol asked for, after Mooncake's MC_FORCE_TCP."""
+    if _env_true("MC_FORCE_TCP"):
+        return "tcp"
+    return protocol
+
+
+def _hint(protocol, asked):
+    """How to ask for a protocol that works."""
+    if asked != protocol:
+        return " (MC_FORCE_TCP asked for tcp)"
+    return ("; ask for \"tcp\", \"shm\" or \"auto\" (every transport "
+            "kvt has), or set MC_FORCE_TCP=1 to run tcp whatever is asked")
+
+
+def _env_args(protocol):
+    """kvt options from the MC_* variables that map onto one."""
+    args = []
+    if os.environ.get("MC_SLICE_SIZE"):
+        args += ["--kvt-slice", str(int(os.environ["MC_SLICE_SIZE"]))]
+    rdma = []
+    if os.environ.get("MC_NUM_QP_PER_EP"):
+        rdma.append("qps=%d" % int(os.environ["MC_NUM_QP_PER_EP"]))
+    if os.environ.get("MC_MAX_WR"):
+        rdma.append("sq=%d" % int(os.environ["MC_MAX_WR"]))
+    if rdma and protocol == "rdma":
+        args += ["--kvt-pmd", "rdma," + ",".join(rdma)]
+    return args
+
+
 def _engine_args(local_hostname, metadata_server, protocol, device_name):
     if protocol not in _PROTOCOLS:
         raise ValueError("protocol %r: kvt serves %s" %
                          (protocol, ", ".join(sorted(_PROTOCOLS))))
     args = ["--"]
+    env = _env_args(protocol)
     for pmd in _PROTOCOLS[protocol]:
-        args += ["--kvt-pmd", pmd]
+        if not any(a.startswith(pmd + ",") for a in env):
+            args += ["--kvt-pmd", pmd]
+    args += env
     host, _, port = local_hostname.rpartition(":")
     if not host or not port.isdigit():
         host, port = local_hostname, "0"
@@ -169,8 +250,52 @@ def _nic_list(device_name):
     return [n for n in text.split(",") if n]
 
 
+def _scalar(v):
+    """An int from an int-like (numpy's integers too)."""
+    return operator.index(v)
+
+
+def _column(v):
+    """An address or length column as kvt takes it in one call: a list or
+    tuple as it is (its items converted in C, numpy integers included), a
+    buffer of 8-byte integers (numpy) as it is, another integer array
+    converted to uint64 at once."""
+    if isinstance(v, (list, tuple)):
+        return v
+    dtype = getattr(v, "dtype", None)
+    if dtype is not None:
+        if dtype.kind not in "iu":
+            raise TypeError("an integer array is needed, not %s" % dtype)
+        return v if dtype.itemsize == 8 and v.flags.c_contiguous else \
+            v.astype("uint64")
+    return list(v)
+
+
+def _drop_empty(bufs, peers, lens):
+    """The entries that move bytes: a zero-length one is done, as in
+    Mooncake.  Lists cost a scan in C; arrays a vectorized test."""
+    if isinstance(lens, (list, tuple)):
+        if 0 not in lens:
+            return bufs, peers, lens
+        keep = [i for i, n in enumerate(lens) if n != 0]
+    else:
+        if lens.all():
+            return bufs, peers, lens
+        keep = lens.nonzero()[0].tolist()
+    return ([bufs[i] for i in keep], [peers[i] for i in keep],
+            [lens[i] for i in keep])
+
+
+def _overlapping(peers, lens):
+    """Do two entries of one call write the same destination bytes?"""
+    spans = sorted(zip((int(p) for p in peers), (int(n) for n in lens)))
+    return any(a + n > b for (a, n), (b, _) in zip(spans, spans[1:]))
+
+
 class TransferEngine:
     """mooncake.engine.TransferEngine over kvt."""
+
+    TransferOpcode = TransferOpcode
 
     def __init__(self):
         self._initialized = False
@@ -184,6 +309,8 @@ class TransferEngine:
     def initialize(self, local_hostname, metadata_server, protocol,
                    device_name):
         """Start (or join) the process's engine.  0, or -1."""
+        asked = protocol
+        protocol = _protocol(protocol)
         try:
             args = _engine_args(local_hostname, metadata_server, protocol,
                                 device_name)
@@ -191,23 +318,31 @@ class TransferEngine:
             log.error("initialize: %s", e)
             return -1
         with _Shared.lock:
-            if _Shared.engine is not None and _Shared.pid != os.getpid():
-                _Shared.engine = None   # inherited through fork: not ours
+            if _Shared.engine is not None and (_Shared.pid != os.getpid() or
+                                               _Shared.engine.closed):
+                # Inherited through fork (not ours), or closed: start anew.
+                _Shared.engine = None
                 _Shared.users = 0
                 _Shared.regions = {}
                 _Shared.peers = {}
+                _Shared.managed = {}
             if _Shared.engine is None:
                 try:
                     _Shared.engine = kvt.Engine(args)
                 except OSError as e:
-                    log.error("initialize(%r, %r): %s", local_hostname,
-                              protocol, e.strerror)
+                    log.error("initialize(%r, %r): %s%s", local_hostname,
+                              protocol, e.strerror, _hint(protocol, asked))
                     return -1
                 _Shared.protocol = protocol
                 _Shared.pid = os.getpid()
-            elif not self._serves(protocol):
-                log.error("initialize: this process's kvt engine runs %s, "
-                          "not %s", _Shared.protocol, protocol)
+            if not self._serves(protocol):
+                log.error("initialize: protocol %r is served by no transport "
+                          "here (running: %s)%s", protocol,
+                          ", ".join(self._running()) or "none",
+                          _hint(protocol, asked))
+                if _Shared.users == 0:
+                    _Shared.engine.close()
+                    _Shared.engine = None
                 return -1
             if not self._initialized:
                 _Shared.users += 1
@@ -220,11 +355,16 @@ class TransferEngine:
                                device_name)
 
     @staticmethod
-    def _serves(protocol):
-        if protocol == _Shared.protocol or _Shared.protocol == "auto":
-            return True
-        pmds = {p["pmd"] for p in _Shared.engine.ports()}
-        return protocol == "auto" or set(_PROTOCOLS[protocol]) <= pmds
+    def _running():
+        return sorted({p["pmd"] for p in _Shared.engine.ports()})
+
+    @classmethod
+    def _serves(cls, protocol):
+        """Does the process's engine have a port of protocol's transport?"""
+        pmds = set(cls._running())
+        if protocol == "auto":
+            return bool(pmds)
+        return set(_PROTOCOLS[protocol]) <= pmds
 
     def _eng(self):
         if not self._initialized or _Shared.engine is None or \
@@ -240,7 +380,13 @@ class TransferEngine:
             return -1
 
     def get_engine(self):
-        """The kvt.Engine underneath."""
+        """The kvt.Engine underneath (Mooncake returns its C++ engine).
+        Callers may use kvt's own API on it (register, open_peer, batch,
+        notifications, ports); it is shared by every TransferEngine of the
+        process, so closing it ends them all (the next initialize starts
+        a fresh one).  It is not Mooncake's InnerTransferEngine: code that
+        hands it to Mooncake's own C++ (mooncake.pg, the store's HiCache
+        layer) cannot use it."""
         return self._eng()
 
     def get_local_ip(self):
@@ -248,16 +394,20 @@ class TransferEngine:
 
     # ---- memory ----
 
-    def register_memory(self, buffer_addr, capacity):
-        """Register [buffer_addr, +capacity) for both directions.  0/-1."""
+    def register_memory(self, buffer_addr, capacity, location=None):
+        """Register [buffer_addr, +capacity) for both directions; location
+        "cpu:N", "cuda:N", or None / "*" (Mooncake's wildcard: detected).
+        0/-1."""
         try:
             eng = self._eng()
+            buffer_addr, capacity = _scalar(buffer_addr), _scalar(capacity)
             with _Shared.lock:
                 r = _Shared.regions.get(buffer_addr)
                 if r is not None and r[1] == capacity:
                     r[2] += 1
                     return 0
-            region = eng.register(int(buffer_addr), int(capacity))
+            loc = None if location in (None, "", "*") else location
+            region = eng.register(buffer_addr, capacity, loc)
         except (OSError, TypeError, ValueError) as e:
             log.error("register_memory(%#x, %d): %s", buffer_addr, capacity, e)
             return -1
@@ -266,6 +416,7 @@ class TransferEngine:
         return 0
 
     def unregister_memory(self, buffer_addr):
+        buffer_addr = _scalar(buffer_addr)
         with _Shared.lock:
             r = _Shared.regions.get(buffer_addr)
             if r is None:
@@ -284,9 +435,12 @@ class TransferEngine:
         return 0
 
     def batch_register_memory(self, buffer_addresses, capacities):
-        if not isinstance(buffer_addresses, (list, tuple)) or \
-                not isinstance(capacities, (list, tuple)) or \
-                len(buffer_addresses) != len(capacities):
+        try:
+            buffer_addresses = list(buffer_addresses)
+            capacities = list(capacities)
+        except TypeError:
+            buffer_addresses = capacities = None
+        if buffer_addresses is None or len(buffer_addresses) != len(capacities):
             log.error("batch_register_memory: two lists of one length needed")
             return -1
         done = []
@@ -304,6 +458,69 @@ class TransferEngine:
             if self.unregister_memory(a) != 0:
                 ret = -1
         return ret
+
+    def allocate_managed_buffer(self, length):
+        """Memory registered here for transfers (every local transport can
+        share it): its address, or 0."""
+        try:
+            eng = self._eng()
+            length = _scalar(length)
+            addr = eng.alloc(length)
+        except (OSError, TypeError, ValueError) as e:
+            log.error("allocate_managed_buffer(%r): %s", length, e)
+            return 0
+        if self.register_memory(addr, length) != 0:
+            eng.free(addr)
+            return 0
+        with _Shared.lock:
+            _Shared.managed[addr] = length
+        return addr
+
+    def free_managed_buffer(self, buffer_addr, length):
+        """Free what allocate_managed_buffer gave.  0/-1."""
+        buffer_addr = _scalar(buffer_addr)
+        with _Shared.lock:
+            known = _Shared.managed.pop(buffer_addr, None)
+        if known is None:
+            log.error("free_managed_buffer(%#x): not a managed buffer",
+                      buffer_addr)
+            return -1
+        ret = self.unregister_memory(buffer_addr)
+        try:
+            self._eng().free(buffer_addr)
+        except OSError as e:
+            log.error("free_managed_buffer(%#x): %s", buffer_addr, e)
+            return -1
+        return ret
+
+    @staticmethod
+    def _registered(addr, length):
+        """Is [addr, addr + length) inside memory registered here?"""
+        with _Shared.lock:
+            return any(a <= addr and addr + length <= a + r[1]
+                       for a, r in _Shared.regions.items())
+
+    def write_bytes_to_buffer(self, dest_address, src, length):
+        """Copy length bytes of src (bytes) to dest_address, which must lie
+        in registered memory (Mooncake copies anywhere).  0/-1."""
+        dest_address, length = _scalar(dest_address), _scalar(length)
+        src = bytes(src)
+        if length > len(src) or not self._registered(dest_address, length):
+            log.error("write_bytes_to_buffer(%#x, %d): outside registered "
+                      "memory, or longer than the bytes given", dest_address,
+                      length)
+            return -1
+        ctypes.memmove(dest_address, src, length)
+        return 0
+
+    def read_bytes_from_buffer(self, source_address, length):
+        """length bytes at source_address, which must lie in registered
+        memory (ValueError otherwise)."""
+        source_address, length = _scalar(source_address), _scalar(length)
+        if not self._registered(source_address, length):
+            raise ValueError("read_bytes_from_buffer(%#x, %d): outside "
+                             "registered memory" % (source_address, length))
+        return ctypes.string_at(source_address, length)
 
     # ---- peers ----
 
@@ -355,13 +572,18 @@ class TransferEngine:
 
     def _submit(self, b, op, target, bufs, peers, lens, note):
         """Submit, waiting out overlapping writes in flight; the first
-        index."""
+        index.  Entries of this one call that write the same bytes go
+        together (their order among themselves is undefined, as in
+        Mooncake): only other calls' writes are waited for."""
         peer = self._peer(target)
-        if op == kvt.OP_WRITE:
-            return _while_busy(lambda: b.write(peer, bufs, peers, lens,
-                                               notify=note))
-        return _while_busy(lambda: b.read(peer, bufs, peers, lens,
-                                          notify=note))
+        fn = b.write if op == kvt.OP_WRITE else b.read
+        own = None
+        if op == kvt.OP_WRITE and not isinstance(lens, int):
+            def own():
+                return _overlapping(peers, lens)
+        return _while_busy(lambda together: fn(peer, bufs, peers, lens,
+                                               notify=note,
+                                               allow_overlap=together), own)
 
     def _sync_one(self, op, target, buf, peer_addr, length):
         """One block, the short path (submit, wait, status in one call)."""
@@ -370,8 +592,8 @@ class TransferEngine:
             peer = self._peer(target)
             sync = b.write_sync if op == kvt.OP_WRITE else b.read_sync
             try:
-                _while_busy(lambda: sync(peer, buf, peer_addr, length,
-                                         SYNC_TIMEOUT))
+                _while_busy(lambda together: sync(peer, buf, peer_addr, length,
+                                                  SYNC_TIMEOUT))
             except TimeoutError:
                 self._local.batch = None
                 b.close()       # pending: kept alive by the engine
@@ -381,14 +603,31 @@ class TransferEngine:
             log.error("transfer to %s: %s", target, e)
             return -1
 
-    def _sync(self, op, target, bufs, peers, lens, note=None):
-        if isinstance(bufs, int) and note is None:
-            return self._sync_one(op, target, bufs, peers, lens)
-        n = 1 if isinstance(bufs, int) else len(bufs)
-        if not isinstance(bufs, int) and (len(peers) != n or len(lens) != n):
-            log.error("batch transfer: buffers, peer addresses and lengths "
-                      "differ in length (%d, %d, %d)", n, len(peers), len(lens))
+    @staticmethod
+    def _args(bufs, peers, lens, many):
+        """The call's arguments as kvt takes them, zero-length entries
+        dropped; many: lists or arrays, else one block."""
+        if not many:
+            return _scalar(bufs), _scalar(peers), _scalar(lens)
+        bufs, peers, lens = _column(bufs), _column(peers), _column(lens)
+        if not (len(bufs) == len(peers) == len(lens)):
+            raise ValueError("buffers, peer addresses and lengths differ in "
+                             "length (%d, %d, %d)" % (len(bufs), len(peers),
+                                                      len(lens)))
+        return _drop_empty(bufs, peers, lens)
+
+    def _sync(self, op, target, bufs, peers, lens, note=None, many=True):
+        try:
+            bufs, peers, lens = self._args(bufs, peers, lens, many)
+        except (TypeError, ValueError) as e:
+            log.error("transfer to %s: %s", target, e)
             return -1
+        if not many:
+            if lens == 0:
+                return 0
+            if note is None:
+                return self._sync_one(op, target, bufs, peers, lens)
+        n = len(lens) if many else 1
         if n == 0:
             return 0
         try:
@@ -421,54 +660,66 @@ class TransferEngine:
     def transfer_sync_write(self, target_hostname, buffer, peer_buffer_address,
                             length, transport_hint=""):
         return self._sync(kvt.OP_WRITE, target_hostname, buffer,
-                          peer_buffer_address, length)
+                          peer_buffer_address, length, many=False)
 
     def transfer_sync_read(self, target_hostname, buffer, peer_buffer_address,
                            length, transport_hint=""):
         return self._sync(kvt.OP_READ, target_hostname, buffer,
-                          peer_buffer_address, length)
+                          peer_buffer_address, length, many=False)
 
     def transfer_sync(self, target_hostname, buffer, peer_buffer_address,
                       length, opcode, notify=None, transport_hint=""):
-        return self._sync(opcode, target_hostname, buffer, peer_buffer_address,
-                          length, _note_bytes(notify))
+        """One block in the direction of opcode (TransferOpcode.Read or
+        Write; any other value: -1)."""
+        try:
+            op = _kvt_op(opcode)
+        except ValueError as e:
+            log.error("transfer_sync: %s", e)
+            return -1
+        return self._sync(op, target_hostname, buffer, peer_buffer_address,
+                          length, _note_bytes(notify), many=False)
 
     def batch_transfer_sync_write(self, target_hostname, buffers,
                                   peer_buffer_addresses, lengths,
                                   transport_hint=""):
-        return self._sync(kvt.OP_WRITE, target_hostname, list(buffers),
-                          list(peer_buffer_addresses), list(lengths))
+        return self._sync(kvt.OP_WRITE, target_hostname, buffers,
+                          peer_buffer_addresses, lengths)
 
     def batch_transfer_sync_read(self, target_hostname, buffers,
                                  peer_buffer_addresses, lengths,
                                  transport_hint=""):
-        return self._sync(kvt.OP_READ, target_hostname, list(buffers),
-                          list(peer_buffer_addresses), list(lengths))
+        return self._sync(kvt.OP_READ, target_hostname, buffers,
+                          peer_buffer_addresses, lengths)
 
     def batch_transfer_sync(self, target_hostname, buffers,
                             peer_buffer_addresses, lengths, opcode,
                             notify=None, transport_hint=""):
-        return self._sync(opcode, target_hostname, list(buffers),
-                          list(peer_buffer_addresses), list(lengths),
-                          _note_bytes(notify))
+        try:
+            op = _kvt_op(opcode)
+        except ValueError as e:
+            log.error("batch_transfer_sync: %s", e)
+            return -1
+        return self._sync(op, target_hostname, buffers, peer_buffer_addresses,
+                          lengths, _note_bytes(notify))
 
     # ---- asynchronous ----
 
-    def _async_submit(self, op, target, bufs, peers, lens):
-        n = 1 if isinstance(bufs, int) else len(bufs)
-        if not isinstance(bufs, int) and (len(peers) != n or len(lens) != n):
-            log.error("batch transfer: lists of different lengths")
-            return -1
+    def _async_submit(self, op, target, bufs, peers, lens, many=True):
+        """A batch id for transfer_check_status(), or 0 (Mooncake's
+        answer for a submission that failed)."""
         try:
+            bufs, peers, lens = self._args(bufs, peers, lens, many)
+            n = len(lens) if many else 1
             b = self._eng().batch(max(n, 1))
             try:
-                first = self._submit(b, op, target, bufs, peers, lens, None)
+                first = self._submit(b, op, target, bufs, peers, lens,
+                                     None) if n > 0 else 0
             except BaseException:
                 b.close()
                 raise
         except (OSError, TypeError, ValueError) as e:
             log.error("transfer to %s: %s", target, e)
-            return -1
+            return 0
         entry = _Async(b, first, n)
         with self._async_lock:
             bid = self._next_id
@@ -480,28 +731,39 @@ class TransferEngine:
 
     def transfer_submit_write(self, target_hostname, buffer,
                               peer_buffer_address, length, transport_hint=""):
-        """A batch id for transfer_check_status(), or -1."""
+        """A batch id for transfer_check_status(), or 0."""
         return self._async_submit(kvt.OP_WRITE, target_hostname, buffer,
-                                  peer_buffer_address, length)
+                                  peer_buffer_address, length, many=False)
 
     def transfer_submit_read(self, target_hostname, buffer,
                              peer_buffer_address, length, transport_hint=""):
         return self._async_submit(kvt.OP_READ, target_hostname, buffer,
-                                  peer_buffer_address, length)
+                                  peer_buffer_address, length, many=False)
 
     def batch_transfer_async_write(self, target_hostname, buffers,
                                    peer_buffer_addresses, lengths,
                                    transport_hint=""):
-        bid = self._async_submit(kvt.OP_WRITE, target_hostname, list(buffers),
-                                 list(peer_buffer_addresses), list(lengths))
-        return bid if bid > 0 else 0
+        return self._async_submit(kvt.OP_WRITE, target_hostname, buffers,
+                                  peer_buffer_addresses, lengths)
 
     def batch_transfer_async_read(self, target_hostname, buffers,
                                   peer_buffer_addresses, lengths,
                                   transport_hint=""):
-        bid = self._async_submit(kvt.OP_READ, target_hostname, list(buffers),
-                                 list(peer_buffer_addresses), list(lengths))
-        return bid if bid > 0 else 0
+        return self._async_submit(kvt.OP_READ, target_hostname, buffers,
+                                  peer_buffer_addresses, lengths)
+
+    def batch_transfer_async(self, target_hostname, buffers,
+                             peer_buffer_addresses, lengths, opcode,
+                             transport_hint=""):
+        """As batch_transfer_async_write/read, by opcode (any other
+        value: 0)."""
+        try:
+            op = _kvt_op(opcode)
+        except ValueError as e:
+            log.error("batch_transfer_async: %s", e)
+            return 0
+        return self._async_submit(op, target_hostname, buffers,
+                                  peer_buffer_addresses, lengths)
 
     def transfer_check_status(self, batch_id):
         """1 done, 0 pending, -1 failed (or unknown id), -2 timed out.  A
@@ -518,7 +780,8 @@ class TransferEngine:
             if pending:
                 return -2 if time.monotonic() - e.t0 > SYNC_TIMEOUT else 0
             b = e.batch
-            st = b.status(e.first, e.n) if e.n > 1 else [b.status(e.first)]
+            st = [] if e.n == 0 else \
+                b.status(e.first, e.n) if e.n > 1 else [b.status(e.first)]
             with self._async_lock:
                 self._async.pop(batch_id, None)
             with _Shared.lock:
