@@ -34,6 +34,7 @@ import json
 import logging
 import operator
 import os
+import socket
 import threading
 import time
 
@@ -79,6 +80,15 @@ class TransferOpcode(enum.IntEnum):
 Read = TransferOpcode.Read
 Write = TransferOpcode.Write
 
+# Mooncake's build switches, as its callers test them: kvt's compatible
+# class serves none of these protocols ("nvlink" here is kvt's own).
+SUPPORT_CUDA = False
+SUPPORT_MNNVL = False
+SUPPORT_INTRA_NVLINK = False
+SUPPORT_HIP = False
+SUPPORT_EFA = False
+SUPPORT_MUSA = False
+
 
 def _kvt_op(opcode):
     """kvt's op for a Mooncake opcode; ValueError for any other value."""
@@ -119,7 +129,9 @@ class _Shared:
     users = 0
     regions = {}        # addr -> [kvt.Region, length, refs]
     peers = {}          # "host:port" -> kvt.Peer
-    managed = {}        # addr -> length: allocate_managed_buffer's
+    managed = {}        # addr -> length: allocate_managed_buffer's own
+    pool = None         # _Pool of managed buffers
+    first = None        # the first buffer registered (Mooncake's buffers[0])
     pid = None
     # Asynchronous batches not yet reported: a write that overlaps one of
     # them can go only once it is polled (kvt releases a request's claim
@@ -216,12 +228,7 @@ def _engine_args(local_hostname, metadata_server, protocol, device_name):
         if not any(a.startswith(pmd + ",") for a in env):
             args += ["--kvt-pmd", pmd]
     args += env
-    host, _, port = local_hostname.rpartition(":")
-    if not host or not port.isdigit():
-        host, port = local_hostname, "0"
-    if host in ("localhost", ""):
-        host = "127.0.0.1"
-    args += ["--kvt-listen", "%s:%s" % (host, port)]
+    args += ["--kvt-listen", _listen_addr(local_hostname)]
     meta = metadata_server or "P2PHANDSHAKE"
     if meta != "P2PHANDSHAKE":
         addr = meta[len("etcd://"):] if meta.startswith("etcd://") else meta
@@ -233,6 +240,83 @@ def _engine_args(local_hostname, metadata_server, protocol, device_name):
     if nics and protocol in ("rdma", "auto"):
         args += ["--kvt-nic", ",".join(nics)]
     return args
+
+
+def _listen_addr(local_hostname):
+    """kvt's --kvt-listen for Mooncake's local_hostname: "ip", "ip:port",
+    a host name, or IPv6 ("::1", "[::1]:port").  kvt's control and tcp
+    paths speak IPv4: IPv6 loopback is taken as 127.0.0.1, another IPv6
+    address is refused (ValueError)."""
+    text = (local_hostname or "").strip()
+    port = "0"
+    if text.startswith("["):
+        host, _, rest = text[1:].partition("]")
+        if rest.startswith(":") and rest[1:].isdigit():
+            port = rest[1:]
+    elif text.count(":") > 1:
+        host = text
+    else:
+        host, _, p = text.rpartition(":")
+        if host and p.isdigit():
+            port = p
+        else:
+            host = text
+    if ":" in host:
+        if host not in ("::1", "0:0:0:0:0:0:0:1"):
+            raise ValueError("local address %r: kvt listens on IPv4 only (give "
+                             "an IPv4 address or a host name)" % local_hostname)
+        host = "127.0.0.1"
+    if host in ("", "localhost"):
+        host = "127.0.0.1"
+    try:
+        socket.inet_aton(host)
+    except OSError:
+        try:
+            host = socket.gethostbyname(host)
+        except OSError as e:
+            raise ValueError("local address %r: %s" % (local_hostname, e))
+    return "%s:%s" % (host, port)
+
+
+class _Pool:
+    """Mooncake's managed buffers come from a pool it allocates and
+    registers when it starts (PASS_ALLOC=1 skips it); those larger than
+    what is left get memory of their own.  First fit, 4 KiB pieces."""
+
+    def __init__(self, base, size):
+        self.base, self.size = base, size
+        self.free = [(base, size)]      # sorted, coalesced
+        self.used = {}                  # addr -> size
+
+    def take(self, n):
+        n = (max(n, 1) + 4095) & ~4095
+        for i, (a, s) in enumerate(self.free):
+            if s >= n:
+                self.free[i:i + 1] = [(a + n, s - n)] if s > n else []
+                self.used[a] = n
+                return a
+        return 0
+
+    def give(self, addr):
+        n = self.used.pop(addr, None)
+        if n is None:
+            return False
+        self.free.append((addr, n))
+        self.free.sort()
+        merged = []
+        for a, s in self.free:
+            if merged and merged[-1][0] + merged[-1][1] == a:
+                merged[-1] = (merged[-1][0], merged[-1][1] + s)
+            else:
+                merged.append((a, s))
+        self.free = merged
+        return True
+
+
+#: Bytes of the managed-buffer pool an engine starts with (Mooncake's
+#: is 2 GiB of lazily backed memory; kvt's shareable memory is backed
+#: when allocated, so the pool is smaller and says so).
+POOL_BYTES = int(os.environ.get("KVT_MOONCAKE_POOL", str(64 << 20)))
 
 
 def _nic_list(device_name):
@@ -286,10 +370,41 @@ def _drop_empty(bufs, peers, lens):
             [lens[i] for i in keep])
 
 
+def _await_regions(peer, peers, lens, seconds=1.0):
+    """A region the peer registered a moment ago may still be on its way
+    here (its announcement follows the registration): wait up to seconds
+    for the peer's exports to cover every range.  True once they do."""
+    spans = [(peers, lens)] if isinstance(lens, int) else \
+        list(zip((int(p) for p in peers), (int(n) for n in lens)))
+    end = time.monotonic() + seconds
+    while True:
+        regs = [(r["base"], r["len"]) for r in peer.regions()]
+        if all(any(b <= a and a + n <= b + ln for b, ln in regs)
+               for a, n in spans):
+            return True
+        if time.monotonic() > end:
+            return False
+        time.sleep(0.001)
+
+
 def _overlapping(peers, lens):
     """Do two entries of one call write the same destination bytes?"""
     spans = sorted(zip((int(p) for p in peers), (int(n) for n in lens)))
     return any(a + n > b for (a, n), (b, _) in zip(spans, spans[1:]))
+
+
+def _make_pool(eng):
+    """The managed-buffer pool, allocated and registered; None when it
+    cannot be (logged: managed buffers then get memory of their own)."""
+    try:
+        base = eng.alloc(POOL_BYTES)
+        region = eng.register(base, POOL_BYTES)
+    except OSError as e:
+        log.warning("no managed-buffer pool (%d bytes): %s", POOL_BYTES, e)
+        return None
+    _Shared.regions[base] = [region, POOL_BYTES, 1]
+    _Shared.first = base
+    return _Pool(base, POOL_BYTES)
 
 
 class TransferEngine:
@@ -335,6 +450,8 @@ class TransferEngine:
                     return -1
                 _Shared.protocol = protocol
                 _Shared.pid = os.getpid()
+                _Shared.pool = None
+                _Shared.first = None
             if not self._serves(protocol):
                 log.error("initialize: protocol %r is served by no transport "
                           "here (running: %s)%s", protocol,
@@ -347,6 +464,9 @@ class TransferEngine:
             if not self._initialized:
                 _Shared.users += 1
             self._initialized = True
+            if _Shared.pool is None and POOL_BYTES > 0 and \
+                    not _env_true("PASS_ALLOC"):
+                _Shared.pool = _make_pool(_Shared.engine)
         return 0
 
     def initialize_ext(self, local_hostname, metadata_server, protocol,
@@ -413,6 +533,8 @@ class TransferEngine:
             return -1
         with _Shared.lock:
             _Shared.regions[buffer_addr] = [region, capacity, 1]
+            if _Shared.first is None:
+                _Shared.first = buffer_addr
         return 0
 
     def unregister_memory(self, buffer_addr):
@@ -432,6 +554,8 @@ class TransferEngine:
             return -1
         with _Shared.lock:
             _Shared.regions.pop(buffer_addr, None)
+            if _Shared.first == buffer_addr:
+                _Shared.first = next(iter(_Shared.regions), None)
         return 0
 
     def batch_register_memory(self, buffer_addresses, capacities):
@@ -461,10 +585,14 @@ class TransferEngine:
 
     def allocate_managed_buffer(self, length):
         """Memory registered here for transfers (every local transport can
-        share it): its address, or 0."""
+        share it): its address, or 0.  From the pool while it lasts."""
         try:
             eng = self._eng()
             length = _scalar(length)
+            with _Shared.lock:
+                addr = _Shared.pool.take(length) if _Shared.pool else 0
+            if addr:
+                return addr
             addr = eng.alloc(length)
         except (OSError, TypeError, ValueError) as e:
             log.error("allocate_managed_buffer(%r): %s", length, e)
@@ -480,6 +608,8 @@ class TransferEngine:
         """Free what allocate_managed_buffer gave.  0/-1."""
         buffer_addr = _scalar(buffer_addr)
         with _Shared.lock:
+            if _Shared.pool is not None and _Shared.pool.give(buffer_addr):
+                return 0
             known = _Shared.managed.pop(buffer_addr, None)
         if known is None:
             log.error("free_managed_buffer(%#x): not a managed buffer",
@@ -551,11 +681,24 @@ class TransferEngine:
             log.error("peer %s: %s", target_hostname, e.strerror)
             return -1
 
+    def _is_self(self, segment_name):
+        host, _, port = segment_name.rpartition(":")
+        ip, _, mine = self._eng().listen_addr.rpartition(":")
+        return port == mine and host in (ip, "127.0.0.1", "localhost",
+                                         socket.gethostname())
+
     def get_first_buffer_address(self, segment_name):
+        """This engine's own name: the first buffer registered here (the
+        managed-buffer pool, as in Mooncake); a peer's: the lowest region
+        it exports (its pool, if it is this class and registered nothing
+        else below it).  0 when there is none."""
         try:
+            if self._is_self(segment_name):
+                with _Shared.lock:
+                    return _Shared.first or 0
             regions = [r for r in self._peer(segment_name).regions()
                        if r["fence_slots"] == 0]
-        except OSError:
+        except (OSError, ValueError):
             return 0
         return min(r["base"] for r in regions) if regions else 0
 
@@ -581,9 +724,18 @@ class TransferEngine:
         if op == kvt.OP_WRITE and not isinstance(lens, int):
             def own():
                 return _overlapping(peers, lens)
-        return _while_busy(lambda together: fn(peer, bufs, peers, lens,
-                                               notify=note,
-                                               allow_overlap=together), own)
+
+        def submit():
+            return _while_busy(lambda together: fn(peer, bufs, peers, lens,
+                                                   notify=note,
+                                                   allow_overlap=together),
+                               own)
+        try:
+            return submit()
+        except OSError as e:
+            if e.errno != errno.ERANGE or not _await_regions(peer, peers, lens):
+                raise
+        return submit()
 
     def _sync_one(self, op, target, buf, peer_addr, length):
         """One block, the short path (submit, wait, status in one call)."""
@@ -591,9 +743,18 @@ class TransferEngine:
             b = self._batch(1)
             peer = self._peer(target)
             sync = b.write_sync if op == kvt.OP_WRITE else b.read_sync
-            try:
+
+            def once():
                 _while_busy(lambda together: sync(peer, buf, peer_addr, length,
                                                   SYNC_TIMEOUT))
+            try:
+                try:
+                    once()
+                except OSError as e:
+                    if e.errno != errno.ERANGE or \
+                            not _await_regions(peer, peer_addr, length):
+                        raise
+                    once()
             except TimeoutError:
                 self._local.batch = None
                 b.close()       # pending: kept alive by the engine
