@@ -7,16 +7,39 @@ band, and the decode worker reads the blocks of a request with
 make_prepped_xfer and a notification the prefill worker takes; then the
 push direction, a notification alone, and bad input.  Two processes,
 every byte checked."""
+import os
+
 import pytest
 
 from conftest import BASE, NodeError
 
+#: KVT_NIXL_UPSTREAM=1 runs these cases against NIXL's own agent (the
+#: nixl or nixl-cu12 wheel the interpreter has), for a side-by-side
+#: report (scripts/nixl-side-by-side).
+UPSTREAM = os.environ.get("KVT_NIXL_UPSTREAM") == "1"
+if UPSTREAM:
+    IMPORT = """
+try:
+    from nixl._api import nixl_agent, nixl_agent_config
+except ImportError:
+    from nixl_cu12._api import nixl_agent, nixl_agent_config
+def config(kvt_args):
+    return nixl_agent_config(backends=["UCX"])
+"""
+else:
+    IMPORT = """
+from kvt.compat.nixl import nixl_agent, nixl_agent_config
+def config(kvt_args):
+    return nixl_agent_config(backends=["UCX"], kvt_args=kvt_args)
+"""
+
 LAYERS, BLOCKS, BLOCK_LEN = 4, 64, 16384
 
-AGENT = """
+AGENT = IMPORT + """
 import hashlib, time, numpy as np
-from kvt.compat.nixl import nixl_agent, nixl_agent_config
-agent = nixl_agent(%r, nixl_agent_config(backends=["UCX"], kvt_args=%r))
+def name(n):
+    return n.decode() if isinstance(n, bytes) else n
+agent = nixl_agent(%r, config(%r))
 rng = np.random.default_rng(%d)
 caches = [rng.integers(0, 256, %d * %d, dtype=np.uint8) if %d else
           np.zeros(%d * %d, dtype=np.uint8) for _ in range(%d)]
@@ -40,7 +63,7 @@ def wait(handle):
     while st == "PROC" and time.time() - t0 < 30:
         st = agent.check_xfer_state(handle)
     return st
-result = [agent.get_agent_metadata().decode(), [c.ctypes.data for c in caches]]
+result = [agent.get_agent_metadata().hex(), [c.ctypes.data for c in caches]]
 """
 
 
@@ -61,12 +84,13 @@ def pair(nodes, pmds):
     pmeta, pbases = agent(p, "prefill-0", pmds, 1, 5)
     dmeta, _ = agent(d, "decode-0", pmds, 0, 6)
     assert d.run("""
-remote = agent.add_remote_agent(%r.encode())
+remote = agent.add_remote_agent(bytes.fromhex(%r))
 remote_blocks = [(base + b * %d, %d, 0) for base in %r for b in range(%d)]
 remote_h = agent.prep_xfer_dlist(remote, agent.get_xfer_descs(remote_blocks, "DRAM"))
-result = remote
+result = name(remote)
 """ % (pmeta, BLOCK_LEN, BLOCK_LEN, pbases, BLOCKS)) == "prefill-0"
-    assert p.run("result = agent.add_remote_agent(%r.encode())" % dmeta) == \
+    assert p.run("result = name(agent.add_remote_agent(bytes.fromhex(%r)))"
+                 % dmeta) == \
         "decode-0"
     return p, d
 
@@ -141,9 +165,9 @@ def test_bad_input(nodes):
     errs = d.run("""
 def err(f):
     try:
-        f()
-        return "accepted"
-    except (ValueError, RuntimeError, OSError) as e:
+        # NIXL logs some refusals and returns None.
+        return "accepted" if f() is not None else "None"
+    except Exception as e:
         return type(e).__name__
 result = [
     err(lambda: agent.make_prepped_xfer("READ", local_h, [0, 1], remote_h, [0])),
@@ -155,10 +179,13 @@ result = [
     err(lambda: agent.get_xfer_descs([(1, 2, 0)])),
     err(lambda: agent.check_xfer_state(12345)),
 ]
-# A transfer outside the peer's memory fails, and says so.
-bad = agent.prep_xfer_dlist(remote, agent.get_xfer_descs([(4096, %d, 0)], "DRAM"))
-h = agent.make_prepped_xfer("READ", local_h, [0], bad, [0])
-result.append(wait(h))
-agent.release_xfer_handle(h)
+# A list outside the peer's registered memory is refused when prepared.
+result.append(err(lambda: agent.prep_xfer_dlist(
+    remote, agent.get_xfer_descs([(4096, %d, 0)], "DRAM"))))
 """ % BLOCK_LEN)
-    assert errs == ["ValueError"] * 8 + ["ERR"]
+    if UPSTREAM:
+        # NIXL raises its own classes (nixlInvalidParamError, ...): any
+        # refusal counts there.
+        assert "accepted" not in errs, " ".join(errs)
+    else:
+        assert errs == ["ValueError"] * 9

@@ -39,6 +39,7 @@ import threading
 import time
 
 import kvt
+from kvt.compat import await_regions
 
 __all__ = ["TransferEngine", "TransferNotify", "TransferOpcode", "Read",
            "Write"]
@@ -368,23 +369,6 @@ def _drop_empty(bufs, peers, lens):
         keep = lens.nonzero()[0].tolist()
     return ([bufs[i] for i in keep], [peers[i] for i in keep],
             [lens[i] for i in keep])
-
-
-def _await_regions(peer, peers, lens, seconds=1.0):
-    """A region the peer registered a moment ago may still be on its way
-    here (its announcement follows the registration): wait up to seconds
-    for the peer's exports to cover every range.  True once they do."""
-    spans = [(peers, lens)] if isinstance(lens, int) else \
-        list(zip((int(p) for p in peers), (int(n) for n in lens)))
-    end = time.monotonic() + seconds
-    while True:
-        regs = [(r["base"], r["len"]) for r in peer.regions()]
-        if all(any(b <= a and a + n <= b + ln for b, ln in regs)
-               for a, n in spans):
-            return True
-        if time.monotonic() > end:
-            return False
-        time.sleep(0.001)
 
 
 def _overlapping(peers, lens):
@@ -733,7 +717,7 @@ class TransferEngine:
         try:
             return submit()
         except OSError as e:
-            if e.errno != errno.ERANGE or not _await_regions(peer, peers, lens):
+            if e.errno != errno.ERANGE or not await_regions(peer, peers, lens):
                 raise
         return submit()
 
@@ -752,7 +736,7 @@ class TransferEngine:
                     once()
                 except OSError as e:
                     if e.errno != errno.ERANGE or \
-                            not _await_regions(peer, peer_addr, length):
+                            not await_regions(peer, peer_addr, length):
                         raise
                     once()
             except TimeoutError:

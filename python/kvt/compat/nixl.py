@@ -33,6 +33,7 @@ import os
 import threading
 
 import kvt
+from kvt.compat import await_regions
 
 __all__ = ["nixl_agent", "nixl_agent_config", "nixlXferDList", "nixlRegDList",
            "DEFAULT_COMM_PORT"]
@@ -227,19 +228,19 @@ class nixl_agent:
         return md["name"]
 
     def remove_remote_agent(self, agent):
-        peer = self._remotes.pop(agent, None)
+        peer = self._remotes.pop(_name(agent), None)
         if peer is not None:
             peer.close()
 
     def check_remote_metadata(self, agent, descs=None):
-        return agent in self._remotes
+        return _name(agent) in self._remotes
 
     def make_connection(self, remote_agent, backends=()):
         self._peer(remote_agent)
 
     def _peer(self, agent):
         try:
-            return self._remotes[agent]
+            return self._remotes[_name(agent)]
         except KeyError:
             raise ValueError("agent %r: no metadata (add_remote_agent first)"
                              % (agent,))
@@ -261,10 +262,16 @@ class nixl_agent:
     def prep_xfer_dlist(self, agent_name, xfer_list, mem_type=None,
                         is_sorted=False, backends=()):
         descs = self.get_xfer_descs(xfer_list, mem_type, is_sorted)
+        agent_name = _name(agent_name)
         if agent_name in ("", NIXL_INIT_AGENT):
             agent_name = NIXL_INIT_AGENT
         elif agent_name != self.name:
-            self._peer(agent_name)
+            peer = self._peer(agent_name)
+            rows = [(a, n) for a, n, _ in descs if n]
+            if rows and not await_regions(peer, [a for a, _ in rows],
+                                          [n for _, n in rows]):
+                raise ValueError("agent %r: a descriptor lies outside every "
+                                 "region it registered" % (agent_name,))
         return self._handle(_Prepped(agent_name, descs))
 
     def make_prepped_xfer(self, operation, local_xfer_side, local_indices,
@@ -301,10 +308,12 @@ class nixl_agent:
                 a[1] != b[1] for a, b in zip(local, remote)):
             raise ValueError("local and remote descriptors differ")
         pairs = [(a[0], b[0], a[1]) for a, b in zip(local, remote)]
+        remote_agent = _name(remote_agent)
         return self._handle(_Xfer(op, self._target(remote_agent), remote_agent,
                                   pairs, _bytes(notif_msg)))
 
     def _target(self, agent):
+        agent = _name(agent)
         if agent == self.name and agent not in self._remotes:
             self._remotes[agent] = self._eng.open_peer(self._eng.listen_addr)
         return self._peer(agent)
@@ -415,13 +424,19 @@ class nixl_agent:
     def check_remote_xfer_done(self, remote_agent_name, lookup_tag,
                                backends=(), tag_is_prefix=True):
         self.update_notifs()
-        msgs = self.notifs.get(remote_agent_name, [])
+        msgs = self.notifs.get(_name(remote_agent_name), [])
         tag = _bytes(lookup_tag)
         for m in msgs:
             if (m.startswith(tag) if tag_is_prefix else tag in m):
                 msgs.remove(m)
                 return True
         return False
+
+
+def _name(agent):
+    """An agent's name as str (NIXL's add_remote_agent hands back bytes,
+    which callers pass on)."""
+    return agent.decode() if isinstance(agent, bytes) else agent
 
 
 def _bytes(msg):
