@@ -43,7 +43,11 @@ class Node:
             raise TimeoutError("the node did not answer in %d s" % self.timeout)
         line = self.p.stdout.readline()
         if not line:
-            raise EOFError("the node exited (status %s)" % self.p.poll())
+            try:
+                status = self.p.wait(5)
+            except subprocess.TimeoutExpired:
+                status = "none yet: its stdout closed"
+            raise EOFError("the node exited (status %s)" % status)
         return line
 
     def send(self, code):

@@ -8,6 +8,7 @@ The tests start several of these (an initiator, one or two targets), so
 every engine lives in a process of its own, as in a deployment.
 """
 import json
+import os
 import sys
 import traceback
 
@@ -15,7 +16,11 @@ ns = {"__name__": "kvt_test_node"}
 
 
 def main():
-    print(json.dumps({"ready": True}), flush=True)
+    # Replies go out on a copy of stdout; fd 1 itself goes to stderr, so
+    # a library that logs to stdout (NIXL does) cannot garble them.
+    replies = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)
+    print(json.dumps({"ready": True}), file=replies, flush=True)
     for line in sys.stdin:
         req = json.loads(line)
         ns["result"] = None
@@ -31,9 +36,10 @@ def main():
                    "oserror": isinstance(e, OSError),
                    "trace": traceback.format_exc(limit=4)}
         try:
-            print(json.dumps(out), flush=True)
+            print(json.dumps(out), file=replies, flush=True)
         except TypeError:
-            print(json.dumps({"ok": repr(out.get("ok"))}), flush=True)
+            print(json.dumps({"ok": repr(out.get("ok"))}), file=replies,
+                  flush=True)
 
 
 if __name__ == "__main__":
