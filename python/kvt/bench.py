@@ -6,10 +6,15 @@ blocks and batches kvfwd measures, then one 4 KiB write at a time
 (submit + wait, as a synchronous call does).  Each row gives the binding's
 number, kvfwd's from the same run and their ratio.  With --mooncake and
 Mooncake's wheel importable, its TransferEngine (tcp) runs the same grid
-beside kvt's compat class.
+beside kvt's compat class.  With --nixl, kvt's NIXL agent
+(kvt.compat.nixl) runs it as vLLM's NixlConnector does (one prepared
+transfer a batch: make_prepped_xfer, transfer, poll check_xfer_state,
+release), and NIXL's own agent beside it when its wheel is importable
+(UCX, its transports limited to the one asked for by UCX_TLS).
 
     python -m kvt.bench [--transport shm|tcp] [--total 256M] [--kvfwd PATH]
-                        [--mooncake] [--latency] [--idle POLICY] [--json]
+                        [--mooncake] [--nixl] [--latency] [--idle POLICY]
+                        [--json]
 
 --latency measures only the one-at-a-time 4 KiB writes; --idle sets kvt's
 idle policy (default: kvt's own default, the wait policy).
@@ -182,6 +187,120 @@ def engine_grid(transport, total, buf_len, mooncake=False):
     return rows
 
 
+# ---- NIXL's agent: kvt's class or NIXL's own ----
+
+#: UCX transports for NIXL's own agent, per --transport.
+UCX_TLS = {"shm": "sm,self", "tcp": "tcp,self"}
+
+
+def nixl_agent_for(name, transport, upstream):
+    """An agent of kvt.compat.nixl, or of NIXL's wheel (upstream)."""
+    if not upstream:
+        from kvt.compat.nixl import nixl_agent, nixl_agent_config
+        return nixl_agent(name, nixl_agent_config(
+            backends=["UCX"], kvt_args=["--kvt-pmd", transport, *idle_args()]))
+    os.environ["UCX_TLS"] = UCX_TLS[transport]
+    try:
+        from nixl._api import nixl_agent, nixl_agent_config
+    except ImportError:
+        from nixl_cu12._api import nixl_agent, nixl_agent_config
+    return nixl_agent(name, nixl_agent_config(backends=["UCX"]))
+
+
+def replies_fd():
+    """A copy of stdout for replies; fd 1 goes to stderr (NIXL logs to
+    stdout)."""
+    out = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)
+    return out
+
+
+def nixl_target(transport, buf_len, upstream):
+    """Serve a registered buffer; print the agent's metadata (hex) and the
+    buffer's address; exit when stdin closes."""
+    import numpy as np
+    out = replies_fd()
+    agent = nixl_agent_for("bench-target", transport, upstream)
+    buf = np.zeros(buf_len, dtype=np.uint8)
+    agent.register_memory(agent.get_reg_descs(
+        [(buf.ctypes.data, buf_len, 0, "")], "DRAM"))
+    print(agent.get_agent_metadata().hex(), buf.ctypes.data, file=out,
+          flush=True)
+    sys.stdin.read()
+
+
+def nixl_run(agent, local, remote, idx):
+    """One request as vLLM's connector makes it: prepared, posted,
+    polled to DONE, released."""
+    h = agent.make_prepped_xfer("WRITE", local, idx, remote, idx)
+    state = agent.transfer(h)
+    while state == "PROC":
+        state = agent.check_xfer_state(h)
+    agent.release_xfer_handle(h)
+    if state != "DONE":
+        raise RuntimeError("a NIXL transfer ended %s" % state)
+
+
+def nixl_initiator(transport, total, buf_len, upstream):
+    """The grid and the 4 KiB latency through a NIXL agent; prints the
+    rows as JSON."""
+    import numpy as np
+    out = replies_fd()
+    code = ("from kvt.bench import nixl_target; nixl_target(%r, %d, %r)" %
+            (transport, buf_len, upstream))
+    t = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, text=True)
+    rows = {}
+    try:
+        meta, rbase = t.stdout.readline().split()
+        rbase = int(rbase)
+        agent = nixl_agent_for("bench-init", transport, upstream)
+        src = np.ones(buf_len, dtype=np.uint8)
+        sa = src.ctypes.data
+        agent.register_memory(agent.get_reg_descs([(sa, buf_len, 0, "")],
+                                                  "DRAM"))
+        peer = agent.add_remote_agent(bytes.fromhex(meta))
+        for block, batch in GRID + [(4096, 1)]:
+            n = min(batch, buf_len // block)
+            local = agent.prep_xfer_dlist("NIXL_INIT_AGENT", [
+                (sa + i * block, block, 0) for i in range(n)], "DRAM")
+            remote = agent.prep_xfer_dlist(peer, [
+                (rbase + i * block, block, 0) for i in range(n)], "DRAM")
+            idx = list(range(n))
+            nixl_run(agent, local, remote, idx)         # warm-up
+            if batch == 1:
+                rows["lat"] = latency(lambda _: nixl_run(
+                    agent, local, remote, idx), None)
+            else:
+                rounds = max(1, total // (block * n))
+                t0 = time.perf_counter()
+                for _ in range(rounds):
+                    nixl_run(agent, local, remote, idx)
+                rows["%dx%d" % (block, batch)] = \
+                    rounds * n * block / (time.perf_counter() - t0) / 1e9
+            agent.release_dlist_handle(local)
+            agent.release_dlist_handle(remote)
+    finally:
+        t.stdin.close()
+        t.wait(30)
+    print(json.dumps(rows), file=out, flush=True)
+
+
+def nixl_grid(transport, total, buf_len, upstream=False):
+    """nixl_initiator in a process of its own (one agent a process, and
+    UCX's environment its own); its rows."""
+    code = ("from kvt import bench; bench.IDLE = %r; "
+            "bench.GRID[:] = %r; bench.nixl_initiator(%r, %d, %d, %r)" %
+            (IDLE, GRID, transport, total, buf_len, upstream))
+    out = subprocess.run([sys.executable, "-c", code], stdout=subprocess.PIPE,
+                         text=True, timeout=1800)
+    if out.returncode != 0:
+        raise RuntimeError("the NIXL run failed (status %d)" % out.returncode)
+    rows = json.loads(out.stdout.strip().splitlines()[-1])
+    return {(tuple(int(x) for x in k.split("x")) if "x" in k else k):
+            (tuple(v) if k == "lat" else v) for k, v in rows.items()}
+
+
 def kvfwd_grid(kvfwd, transport, total):
     rows = {}
     base = [kvfwd, "--", "--kvt-pmd", transport, *idle_args(),
@@ -216,6 +335,8 @@ def main(argv=None):
     ap.add_argument("--kvfwd", default=None)
     ap.add_argument("--mooncake", action="store_true",
                     help="also Mooncake's TransferEngine beside kvt's compat class")
+    ap.add_argument("--nixl", action="store_true",
+                    help="also kvt's NIXL agent, and NIXL's own beside it")
     ap.add_argument("--latency", action="store_true",
                     help="only one 4 KiB write at a time (no block x batch grid)")
     ap.add_argument("--idle", default="",
@@ -237,8 +358,20 @@ def main(argv=None):
             res["mooncake"] = engine_grid(a.transport, a.total, buf_len, True)
         except ImportError:
             print("mooncake is not importable: no side-by-side", file=sys.stderr)
+    if a.nixl:
+        res["kvt-nixl"] = nixl_grid(a.transport, a.total, buf_len)
+        if nixl_importable():
+            res["nixl"] = nixl_grid(a.transport, a.total, buf_len, True)
+        else:
+            print("nixl is not importable: no side-by-side", file=sys.stderr)
     report(res, a.transport, a.json)
     return 0
+
+
+def nixl_importable():
+    import importlib.util
+    return any(importlib.util.find_spec(m) is not None
+               for m in ("nixl", "nixl_cu12"))
 
 
 def ratio(a, b):
@@ -246,7 +379,8 @@ def ratio(a, b):
 
 
 def report(res, transport, as_json):
-    cols = [c for c in ("native", "kvfwd", "compat", "mooncake") if c in res]
+    cols = [c for c in ("native", "kvfwd", "compat", "mooncake", "kvt-nixl",
+                        "nixl") if c in res]
     if as_json:
         out = {c: {("%dx%d" % k if isinstance(k, tuple) else k): v
                    for k, v in res[c].items()} for c in cols}
@@ -254,7 +388,8 @@ def report(res, transport, as_json):
         return
     print("kvt.bench over %s: GB/s (4K row: p50/p99 us of one sync write)" % transport)
     print("%-12s" % "block x batch" + "".join("%12s" % c for c in cols) +
-          "  native/kvfwd" + ("  compat/mooncake" if "mooncake" in res else ""))
+          "  native/kvfwd" + ("  compat/mooncake" if "mooncake" in res else "") +
+          ("  kvt-nixl/nixl" if "nixl" in res else ""))
     for k in GRID:
         vals = [res[c].get(k) for c in cols]
         line = "%-12s" % ("%dK x %d" % (k[0] >> 10, k[1]))
@@ -262,6 +397,8 @@ def report(res, transport, as_json):
         line += "  %12s" % ratio(res["native"].get(k), res["kvfwd"].get(k))
         if "mooncake" in res:
             line += "  %15s" % ratio(res["compat"].get(k), res["mooncake"].get(k))
+        if "nixl" in res:
+            line += "  %13s" % ratio(res["kvt-nixl"].get(k), res["nixl"].get(k))
         print(line)
     vals = [res[c].get("lat") for c in cols]
     print("%-12s" % "4K sync" + "".join(
