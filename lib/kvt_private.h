@@ -210,6 +210,7 @@ void kvt_host_unregister(void *addr);
 void kvt_ports_stop(void);
 void kvt_ports_remove(void);
 struct kvt_port *kvt_port_get(unsigned int id);
+uint32_t kvt_best_ports(uint32_t mask);
 int kvt_lcores_start(void);
 void kvt_lcores_stop(void);
 void kvt_lcores_free(void);

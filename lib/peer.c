@@ -496,28 +496,47 @@ out:
 	return ret;
 }
 
+/* Append the names of the ports of mask to list ("a, b"). */
+static size_t
+port_names(char *list, size_t len, size_t off, uint32_t mask, uint32_t down)
+{
+	unsigned int i;
+	int n;
+
+	for (i = 0; i < kvt_port_count() && off < len; i++) {
+		if (!(mask & (1u << i)))
+			continue;
+		n = snprintf(list + off, len - off, "%s%s%s",
+			     (mask & ((1u << i) - 1)) ? ", " : "",
+			     kvt_port_get(i)->name,
+			     (down & (1u << i)) ? " (down)" : "");
+		if (n > 0)
+			off += (size_t)n;
+	}
+	return off;
+}
+
 /*
- * Say which local ports carry data to a new peer: a KV network that a
- * backend interface (or a single NIC) carries is seen here, before it
- * costs anything (the idle-NIC failure of DESIGN §1).
+ * Say which local ports carry data to a new peer, and which only stand
+ * by: a KV network that a backend interface (or a single NIC) carries
+ * is seen here, before it costs anything (the idle-NIC failure of DESIGN
+ * §1).  Data goes over the highest-ranked ports that reach the memory
+ * (shm before tcp, for one): the rest carry what those cannot reach.
  */
 static void
 log_paths(const struct kvt_peer *p)
 {
 	uint32_t down = __atomic_load_n(&p->down_mask, __ATOMIC_ACQUIRE);
+	uint32_t best = kvt_best_ports(p->conn_mask);
 	char list[512] = "";
-	size_t off = 0;
-	unsigned int i;
-	int n;
+	size_t off;
 
-	for (i = 0; i < kvt_port_count() && off < sizeof(list); i++) {
-		if (!(p->conn_mask & (1u << i)))
-			continue;
-		n = snprintf(list + off, sizeof(list) - off, "%s%s%s",
-			     off ? ", " : "", kvt_port_get(i)->name,
-			     (down & (1u << i)) ? " (down)" : "");
-		if (n > 0)
-			off += (size_t)n;
+	off = port_names(list, sizeof(list), 0, best, down);
+	if ((p->conn_mask & ~best) != 0 && off < sizeof(list)) {
+		off += (size_t)snprintf(list + off, sizeof(list) - off,
+					"; standing by for memory %s cannot reach: ",
+					__builtin_popcount(best) > 1 ? "those" : "it");
+		port_names(list, sizeof(list), off, p->conn_mask & ~best, down);
 	}
 	KVT_LOG(NOTICE, "peer %s (%s) open: %u region(s); data over %s",
 		p->info.name, p->addr, p->regions.n, list);

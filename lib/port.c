@@ -307,6 +307,26 @@ kvt_pmd_env(void)
 	return kvt_eng != NULL ? &kvt_eng->env : NULL;
 }
 
+/* The highest-ranked ports of mask: those that carry a request's data
+ * (the others stand by for memory these cannot reach). */
+uint32_t
+kvt_best_ports(uint32_t mask)
+{
+	int best = INT32_MIN, r;
+	uint32_t out = 0, m;
+
+	for (m = mask; m != 0; m &= m - 1) {
+		r = kvt_eng->ports[__builtin_ctz(m)]->pmd->ops->rank;
+		if (r > best) {
+			best = r;
+			out = 0;
+		}
+		if (r == best)
+			out |= 1u << __builtin_ctz(m);
+	}
+	return out;
+}
+
 unsigned int
 kvt_port_count(void)
 {

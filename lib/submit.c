@@ -28,25 +28,6 @@ range_cmp(const void *a, const void *b)
 	return x->lo < y->lo ? -1 : x->lo > y->lo;
 }
 
-/* Highest-ranked ports of mask. */
-static uint32_t
-best_ports(uint32_t mask)
-{
-	int best = INT32_MIN, r;
-	uint32_t out = 0, m;
-
-	for (m = mask; m != 0; m &= m - 1) {
-		r = kvt_eng->ports[__builtin_ctz(m)]->pmd->ops->rank;
-		if (r > best) {
-			best = r;
-			out = 0;
-		}
-		if (r == best)
-			out |= 1u << __builtin_ctz(m);
-	}
-	return out;
-}
-
 /* The regions the previous request used: the next one usually uses the
  * same (pages of one KV pool), and then needs no search. */
 struct lookup {
@@ -110,7 +91,7 @@ resolve(struct kvt_peer *p, uint32_t op, const void *local, uint64_t llen,
 				  op == KVT_OP_WRITE ? "write" : "read");
 	r->x.lm = &m->lm;
 	r->x.rm = &ri->rm;
-	topo_masks(&m->lm, best_ports(m->lm.port_mask & ri->rm.port_mask &
+	topo_masks(&m->lm, kvt_best_ports(m->lm.port_mask & ri->rm.port_mask &
 				      p->conn_mask),
 		   &r->mask, &r->fallback);
 	if (r->mask == 0)
@@ -486,7 +467,7 @@ choose_mode(struct kvt_batch *b, struct kvt_sub *s)
 	if (all == 0) {
 		/* No data: the tail picks its own port, unless a port that
 		 * takes whole submissions is the best way to the peer. */
-		all = best_ports(s->flags & SUB_F_FENCE ? s->fence_mask :
+		all = kvt_best_ports(s->flags & SUB_F_FENCE ? s->fence_mask :
 				 s->peer->conn_mask);
 		port = (unsigned int)__builtin_ctz(all);
 		s->port = (uint16_t)port;

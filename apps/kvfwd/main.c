@@ -369,10 +369,16 @@ parse_all(struct kvfwd_opts *o, struct args *a, int argc, char **argv)
 static int
 start_kvt(struct args *a, int listen_loopback)
 {
-	char *argv[2 * MAX_ARGS + 4];
+	char *argv[2 * MAX_ARGS + 5];
 	int n = 0, i, ret;
 
-	for (i = 0; i < a->n_eal; i++)
+	argv[n++] = a->eal[0];
+	/* The loopback target says only what goes wrong: its start-up
+	 * notices would repeat the initiator's (an EAL --log-level the
+	 * user gives comes later and wins). */
+	if (getenv("KVFWD_LOOPBACK_TARGET") != NULL)
+		argv[n++] = (char *)"--log-level=kvt*:warning";
+	for (i = 1; i < a->n_eal; i++)
 		argv[n++] = a->eal[i];
 	argv[n++] = (char *)"--";
 	for (i = 0; i < a->n_kvt; i++)
