@@ -24,16 +24,29 @@ void
 tc_cluster_up(void)
 {
 	const char *src = getenv("KVT_SRCDIR");
+	char why[512] = "", err[64];
+	FILE *f;
 
 	if (geteuid() != 0)
 		cr_skip_test("network namespaces need root");
 	snprintf(tc_ns_script, sizeof(tc_ns_script), "%s/scripts/netns-cluster",
 		 src != NULL ? src : "..");
 	snprintf(tc_ns_prefix, sizeof(tc_ns_prefix), "k%d", (int)getpid() % 100000);
-	if (tc_sh("%s up %s >/dev/null 2>&1", tc_ns_script, tc_ns_prefix) != 0) {
+	snprintf(err, sizeof(err), "/tmp/%s.netns.err", tc_ns_prefix);
+	if (tc_sh("%s up %s >/dev/null 2>%s", tc_ns_script, tc_ns_prefix, err) != 0) {
+		f = fopen(err, "r");
+		/* netns-cluster's last line names the command that failed. */
+		while (f != NULL && fgets(why, sizeof(why), f) != NULL)
+			;
+		if (f != NULL)
+			fclose(f);
+		unlink(err);
+		why[strcspn(why, "\n")] = '\0';
 		tc_cluster_down();
-		cr_skip_test("cannot build network namespaces (ip netns, veth, bridge)");
+		cr_skip_test("cannot build network namespaces: %s",
+			     why[0] != '\0' ? why : "scripts/netns-cluster up failed");
 	}
+	unlink(err);
 }
 
 uint64_t
