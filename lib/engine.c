@@ -231,14 +231,15 @@ default_lcores_arg(char *buf, size_t len, unsigned int nports)
 
 /*
  * A shared DPDK build loads its mempool handlers as drivers from the
- * driver directory it was built for.  Where that directory does not exist
+ * driver directory it was built for (a static one has the ring handler
+ * linked in).  Where that directory does not exist
  * (a machine the libraries were carried to), name the ring handler so EAL
  * loads it from the library path.  @return arguments added.
  */
 static int
 mempool_driver_arg(char **args)
 {
-#if defined(RTE_EAL_PMD_PATH) && defined(KVT_DPDK_ABI)
+#if defined(RTE_EAL_PMD_PATH) && defined(KVT_DPDK_ABI) && !defined(KVT_DPDK_STATIC)
 	static char lib[] = "librte_mempool_ring.so." KVT_DPDK_ABI;
 
 	if (access(RTE_EAL_PMD_PATH, F_OK) == 0)
