@@ -40,7 +40,7 @@ dev_open(struct ibv_device *d)
 	int fl;
 
 	for (dev = rd_devs; dev != NULL; dev = dev->next) {
-		if (strcmp(dev->name, ibv_get_device_name(d)) == 0) {
+		if (strcmp(dev->name, rd_ibv.get_device_name(d)) == 0) {
 			dev->refs++;
 			return dev;
 		}
@@ -48,13 +48,13 @@ dev_open(struct ibv_device *d)
 	dev = calloc(1, sizeof(*dev));
 	if (dev == NULL)
 		return NULL;
-	snprintf(dev->name, sizeof(dev->name), "%s", ibv_get_device_name(d));
-	dev->ctx = ibv_open_device(d);
+	snprintf(dev->name, sizeof(dev->name), "%s", rd_ibv.get_device_name(d));
+	dev->ctx = rd_ibv.open_device(d);
 	if (dev->ctx == NULL) {
 		RD_LOG(ERR, "%s: cannot open: %s", dev->name, strerror(errno));
 		goto free_dev;
 	}
-	if (ibv_query_device(dev->ctx, &attr) != 0) {
+	if (rd_ibv.query_device(dev->ctx, &attr) != 0) {
 		RD_LOG(ERR, "%s: cannot query: %s", dev->name, strerror(errno));
 		goto close_dev;
 	}
@@ -76,7 +76,7 @@ dev_open(struct ibv_device *d)
 		       dev->name, dev->max_sge, dev->max_qp_wr, dev->max_cqe);
 		goto close_dev;
 	}
-	dev->pd = ibv_alloc_pd(dev->ctx);
+	dev->pd = rd_ibv.alloc_pd(dev->ctx);
 	if (dev->pd == NULL) {
 		RD_LOG(ERR, "%s: cannot allocate a protection domain: %s",
 		       dev->name, strerror(errno));
@@ -92,7 +92,7 @@ dev_open(struct ibv_device *d)
 	return dev;
 
 close_dev:
-	ibv_close_device(dev->ctx);
+	rd_ibv.close_device(dev->ctx);
 free_dev:
 	free(dev);
 	return NULL;
@@ -111,8 +111,8 @@ dev_put(struct rd_dev *dev)
 			break;
 		}
 	}
-	ibv_dealloc_pd(dev->pd);
-	ibv_close_device(dev->ctx);
+	rd_ibv.dealloc_pd(dev->pd);
+	rd_ibv.close_device(dev->ctx);
 	free(dev);
 }
 
@@ -124,7 +124,7 @@ gid_find(struct rd_port *rp)
 	int i;
 
 	for (i = 0; i < 16; i++)
-		if (ibv_query_gid(rp->dev->ctx, rp->nic.port, i, &rp->gid) == 0 &&
+		if (rd_ibv.query_gid(rp->dev->ctx, rp->nic.port, i, &rp->gid) == 0 &&
 		    memcmp(&rp->gid, &zero, sizeof(zero)) != 0)
 			return i;
 	return -1;
@@ -135,7 +135,7 @@ gid_find(struct rd_port *rp)
 static struct ibv_comp_channel *
 comp_channel(struct ibv_context *ctx, const char *nic)
 {
-	struct ibv_comp_channel *ch = ibv_create_comp_channel(ctx);
+	struct ibv_comp_channel *ch = rd_ibv.create_comp_channel(ctx);
 	int fl;
 
 	if (ch == NULL) {
@@ -145,7 +145,7 @@ comp_channel(struct ibv_context *ctx, const char *nic)
 	}
 	fl = fcntl(ch->fd, F_GETFL);
 	if (fl < 0 || fcntl(ch->fd, F_SETFL, fl | O_NONBLOCK) != 0) {
-		ibv_destroy_comp_channel(ch);
+		rd_ibv.destroy_comp_channel(ch);
 		return NULL;
 	}
 	return ch;
@@ -187,7 +187,7 @@ port_open(const struct kvt_pmd *pmd, struct ibv_device *d,
 	rp->dev = dev_open(d);
 	if (rp->dev == NULL)
 		goto free_port;
-	if (ibv_query_port(rp->dev->ctx, nic->port, &pa) != 0 ||
+	if (rd_query_port(rp->dev->ctx, nic->port, &pa) != 0 ||
 	    pa.state != IBV_PORT_ACTIVE) {
 		RD_LOG(WARNING, "%s port %u is not active: skipped", nic->name,
 		       nic->port);
@@ -206,7 +206,7 @@ port_open(const struct kvt_pmd *pmd, struct ibv_device *d,
 	rp->nic.link = pa.link_layer == IBV_LINK_LAYER_ETHERNET ? KVT_LINK_ETH :
 		KVT_LINK_IB;
 	gid = nic->gid_index >= 0 ? nic->gid_index : 0;
-	if (ibv_query_gid(rp->dev->ctx, nic->port, gid, &rp->gid) != 0 ||
+	if (rd_ibv.query_gid(rp->dev->ctx, nic->port, gid, &rp->gid) != 0 ||
 	    (rp->nic.link == KVT_LINK_ETH && nic->gid_index < 0))
 		gid = gid_find(rp);
 	if (gid < 0 && rp->nic.link == KVT_LINK_ETH) {
@@ -219,7 +219,7 @@ port_open(const struct kvt_pmd *pmd, struct ibv_device *d,
 	rp->sq = rte_align32prevpow2(RTE_MIN(sq, rp->dev->max_qp_wr));
 	rp->cq_size = (int)RTE_MIN((uint32_t)RD_CQ_WANT, rp->dev->max_cqe);
 	rp->chan = comp_channel(rp->dev->ctx, nic->name);
-	rp->cq = ibv_create_cq(rp->dev->ctx, rp->cq_size, NULL, rp->chan, 0);
+	rp->cq = rd_ibv.create_cq(rp->dev->ctx, rp->cq_size, NULL, rp->chan, 0);
 	if (rp->cq == NULL) {
 		RD_LOG(ERR, "%s: cannot create a completion queue of %d entries: %s",
 		       nic->name, rp->cq_size, strerror(errno));
@@ -247,10 +247,10 @@ port_open(const struct kvt_pmd *pmd, struct ibv_device *d,
 	return 0;
 
 destroy_cq:
-	ibv_destroy_cq(rp->cq);
+	rd_ibv.destroy_cq(rp->cq);
 put_dev:
 	if (rp->chan != NULL)
-		ibv_destroy_comp_channel(rp->chan);
+		rd_ibv.destroy_comp_channel(rp->chan);
 	dev_put(rp->dev);
 free_port:
 	free(rp);
@@ -295,7 +295,7 @@ verbs_find(struct ibv_device **devs, int n, const char *name)
 	int i;
 
 	for (i = 0; i < n; i++)
-		if (strcmp(ibv_get_device_name(devs[i]), name) == 0)
+		if (strcmp(rd_ibv.get_device_name(devs[i]), name) == 0)
 			return devs[i];
 	return NULL;
 }
@@ -315,17 +315,21 @@ rd_probe(const struct kvt_pmd *pmd, const char *args)
 	ret = args_parse(args, &qps, &sq, root, sizeof(root));
 	if (ret < 0)
 		return ret;
-	devs = ibv_get_device_list(&n);
+	if (rd_verbs_load(err, sizeof(err)) < 0) {
+		RD_LOG(NOTICE, "%s: the rdma transport stays idle", err);
+		return 0;
+	}
+	devs = rd_ibv.get_device_list(&n);
 	if (devs == NULL || n == 0) {
 		RD_LOG(NOTICE, "no RDMA device: the rdma transport stays idle");
 		if (devs != NULL)
-			ibv_free_device_list(devs);
+			rd_ibv.free_device_list(devs);
 		return 0;
 	}
 	for (i = 0; i < (unsigned int)n; i++) {
 		l = strlen(extra);
 		snprintf(extra + l, sizeof(extra) - l, "%s%s", l ? "," : "",
-			 ibv_get_device_name(devs[i]));
+			 rd_ibv.get_device_name(devs[i]));
 	}
 	ncuda = (unsigned int)RTE_MIN(kvt_cuda_count(), KVT_TOPO_MAX_GPUS);
 	for (i = 0; i < ncuda; i++) {
@@ -352,7 +356,7 @@ rd_probe(const struct kvt_pmd *pmd, const char *args)
 		RD_LOG(NOTICE, "no active RDMA port%s: the rdma transport stays idle",
 		       env->nic_allow != NULL ? " allowed by --kvt-nic" : "");
 free_list:
-	ibv_free_device_list(devs);
+	rd_ibv.free_device_list(devs);
 	return ret;
 }
 
@@ -372,9 +376,9 @@ rd_remove(struct kvt_port *port)
 	struct rd_port *rp = port->priv;
 
 	/* Every event taken was acknowledged at once (kvt_rdma_idle). */
-	ibv_destroy_cq(rp->cq);
+	rd_ibv.destroy_cq(rp->cq);
 	if (rp->chan != NULL)
-		ibv_destroy_comp_channel(rp->chan);
+		rd_ibv.destroy_comp_channel(rp->chan);
 	dev_put(rp->dev);
 	pthread_mutex_destroy(&rp->lock);
 	free(rp);
@@ -404,10 +408,11 @@ reg_cuda(struct rd_port *rp, struct kvt_lmem *m, int access)
 	uint64_t off = 0;
 	int fd = -1, derr;
 
-	derr = kvt_mem_dmabuf(m->addr, m->len, &fd, &off);
+	derr = rd_ibv.reg_dmabuf_mr == NULL ? -ENOTSUP :
+	       kvt_mem_dmabuf(m->addr, m->len, &fd, &off);
 	if (derr == 0) {
-		mr = ibv_reg_dmabuf_mr(rp->dev->pd, off, m->len,
-				       (uint64_t)(uintptr_t)m->addr, fd, access);
+		mr = rd_ibv.reg_dmabuf_mr(rp->dev->pd, off, m->len,
+					  (uint64_t)(uintptr_t)m->addr, fd, access);
 		if (mr == NULL)
 			derr = -errno;
 		close(fd);
@@ -415,7 +420,7 @@ reg_cuda(struct rd_port *rp, struct kvt_lmem *m, int access)
 			return mr;
 	}
 	/* Peer memory (nvidia_peermem) takes device pointers directly. */
-	mr = ibv_reg_mr(rp->dev->pd, m->addr, m->len, access);
+	mr = rd_ibv.reg_mr(rp->dev->pd, m->addr, m->len, access);
 	if (mr == NULL)
 		RD_LOG(WARNING, "%s: cannot register cuda:%d memory %p+%" PRIu64 ": %s; this NIC will not carry it",
 		       rp->nic.name, m->loc.id, m->addr, m->len,
@@ -447,7 +452,7 @@ rd_mem_register(struct kvt_port *port, struct kvt_lmem *m)
 		       rp->nic.name, m->addr, m->len, rp->dev->max_mr_size);
 		return -ENOTSUP;
 	} else {
-		mr = ibv_reg_mr(rp->dev->pd, m->addr, m->len, access);
+		mr = rd_ibv.reg_mr(rp->dev->pd, m->addr, m->len, access);
 		if (mr == NULL)
 			RD_LOG(ERR, "%s: cannot register %p+%" PRIu64 ": %s%s",
 			       rp->nic.name, m->addr, m->len, strerror(errno),
@@ -476,7 +481,7 @@ rd_mem_unregister(struct kvt_port *port, struct kvt_lmem *m)
 	m->key[port->id] = NULL;
 	m->pref_mask &= ~(1u << port->id);
 	m->fallback_mask &= ~(1u << port->id);
-	if (mr != NULL && ibv_dereg_mr(mr) != 0)
+	if (mr != NULL && rd_ibv.dereg_mr(mr) != 0)
 		RD_LOG(WARNING, "%s: deregistering %p: %s",
 		       ((struct rd_port *)port->priv)->nic.name, m->addr,
 		       strerror(errno));
@@ -596,7 +601,7 @@ kvt_rdma_async_events(struct rd_port *self)
 
 	if (self->dev->port[0] != self)
 		return;
-	while (ibv_get_async_event(self->dev->ctx, &ev) == 0) {
+	while (rd_ibv.get_async_event(self->dev->ctx, &ev) == 0) {
 		rp = ev.event_type == IBV_EVENT_PORT_ERR ||
 			ev.event_type == IBV_EVENT_PORT_ACTIVE ?
 			dev_port(self->dev, ev.element.port_num) : self;
@@ -626,10 +631,10 @@ kvt_rdma_async_events(struct rd_port *self)
 			break;
 		default:
 			RD_LOG(DEBUG, "%s: async event %s", self->dev->name,
-			       ibv_event_type_str(ev.event_type));
+			       rd_ibv.event_type_str(ev.event_type));
 			break;
 		}
-		ibv_ack_async_event(&ev);
+		rd_ibv.ack_async_event(&ev);
 	}
 }
 

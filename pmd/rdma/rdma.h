@@ -10,7 +10,7 @@
 #include <pthread.h>
 #include <stdint.h>
 
-#include <infiniband/verbs.h>
+#include "rdma_verbs.h"
 
 #include "kvt_pmd.h"
 #include "rdma_topo.h"

@@ -49,8 +49,8 @@ qp_init(struct rd_port *rp, struct ibv_qp *qp)
 			IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ,
 	};
 
-	return ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX |
-			     IBV_QP_PORT | IBV_QP_ACCESS_FLAGS) != 0 ? -errno : 0;
+	return rd_ibv.modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX |
+				IBV_QP_PORT | IBV_QP_ACCESS_FLAGS) != 0 ? -errno : 0;
 }
 
 static int
@@ -77,10 +77,10 @@ qp_rtr(struct rd_conn *c, struct rd_qp *q)
 		a.ah_attr.grh.sgid_index = (uint8_t)RTE_MAX(rp->nic.gid_index, 0);
 		memcpy(a.ah_attr.grh.dgid.raw, c->peer.gid, 16);
 	}
-	return ibv_modify_qp(q->qp, &a, IBV_QP_STATE | IBV_QP_AV |
-			     IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-			     IBV_QP_MAX_DEST_RD_ATOMIC |
-			     IBV_QP_MIN_RNR_TIMER) != 0 ? -errno : 0;
+	return rd_ibv.modify_qp(q->qp, &a, IBV_QP_STATE | IBV_QP_AV |
+				IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+				IBV_QP_MAX_DEST_RD_ATOMIC |
+				IBV_QP_MIN_RNR_TIMER) != 0 ? -errno : 0;
 }
 
 static int
@@ -96,9 +96,9 @@ qp_rts(struct rd_conn *c, struct rd_qp *q)
 		.max_rd_atomic = c->rp->dev->max_init_rd_atomic,
 	};
 
-	return ibv_modify_qp(q->qp, &a, IBV_QP_STATE | IBV_QP_TIMEOUT |
-			     IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
-			     IBV_QP_MAX_QP_RD_ATOMIC) != 0 ? -errno : 0;
+	return rd_ibv.modify_qp(q->qp, &a, IBV_QP_STATE | IBV_QP_TIMEOUT |
+				IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
+				IBV_QP_MAX_QP_RD_ATOMIC) != 0 ? -errno : 0;
 }
 
 static int
@@ -106,7 +106,7 @@ qp_reset(struct rd_port *rp, struct rd_qp *q)
 {
 	struct ibv_qp_attr a = { .qp_state = IBV_QPS_RESET };
 
-	if (ibv_modify_qp(q->qp, &a, IBV_QP_STATE) != 0)
+	if (rd_ibv.modify_qp(q->qp, &a, IBV_QP_STATE) != 0)
 		return -errno;
 	q->psn = new_psn();
 	return qp_init(rp, q->qp);
@@ -120,13 +120,13 @@ conn_free(struct rd_conn *c)
 	unsigned int i;
 
 	for (i = 0; i < c->nqps; i++) {
-		if (c->qp[i].qp != NULL && ibv_destroy_qp(c->qp[i].qp) != 0)
+		if (c->qp[i].qp != NULL && rd_ibv.destroy_qp(c->qp[i].qp) != 0)
 			RD_LOG(WARNING, "%s: destroying a queue pair: %s",
 			       c->rp->nic.name, strerror(errno));
 		free(c->qp[i].ring);
 	}
 	if (c->mr != NULL)
-		ibv_dereg_mr(c->mr);
+		rd_ibv.dereg_mr(c->mr);
 	if (c->mem != NULL)
 		munmap(c->mem, c->mem_len);
 	free(c);
@@ -164,8 +164,8 @@ conn_new(struct rd_port *rp, unsigned int nqps)
 		c->mem = NULL;
 		goto fail;
 	}
-	c->mr = ibv_reg_mr(rp->dev->pd, c->mem, c->mem_len,
-			   IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ);
+	c->mr = rd_ibv.reg_mr(rp->dev->pd, c->mem, c->mem_len,
+			      IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ);
 	if (c->mr == NULL) {
 		RD_LOG(ERR, "%s: cannot register connection buffers: %s",
 		       rp->nic.name, strerror(errno));
@@ -178,14 +178,14 @@ conn_new(struct rd_port *rp, unsigned int nqps)
 		q->ring = calloc(rp->sq, sizeof(q->ring[0]));
 		if (q->ring == NULL)
 			goto fail;
-		q->qp = ibv_create_qp(rp->dev->pd, &ia);
+		q->qp = rd_ibv.create_qp(rp->dev->pd, &ia);
 		if (q->qp == NULL && ia.cap.max_inline_data > sizeof(uint64_t)) {
 			/* A device with less inline room: fences need 8. */
 			RD_LOG(DEBUG, "%s: no queue pair with %u inline bytes (%s): asking for %zu",
 			       rp->nic.name, ia.cap.max_inline_data,
 			       strerror(errno), sizeof(uint64_t));
 			ia.cap.max_inline_data = sizeof(uint64_t);
-			q->qp = ibv_create_qp(rp->dev->pd, &ia);
+			q->qp = rd_ibv.create_qp(rp->dev->pd, &ia);
 		}
 		if (q->qp == NULL) {
 			RD_LOG(ERR, "%s: cannot create a queue pair: %s",

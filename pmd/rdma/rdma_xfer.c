@@ -137,7 +137,7 @@ qp_to_error(struct rd_qp *q)
 	struct ibv_qp_attr a = { .qp_state = IBV_QPS_ERR };
 
 	/* Nothing posted may run after its descriptor was given up. */
-	ibv_modify_qp(q->qp, &a, IBV_QP_STATE);
+	rd_ibv.modify_qp(q->qp, &a, IBV_QP_STATE);
 }
 
 static void
@@ -684,8 +684,8 @@ kvt_rdma_idle(struct kvt_port *port, int *fd)
 	*fd = rp->chan != NULL ? rp->chan->fd : -1;
 	if (rp->chan == NULL)
 		return RD_IDLE_POLL_US;
-	if (rp->armed && ibv_get_cq_event(rp->chan, &cq, &ctx) == 0) {
-		ibv_ack_cq_events(cq, 1);
+	if (rp->armed && rd_ibv.get_cq_event(rp->chan, &cq, &ctx) == 0) {
+		rd_ibv.ack_cq_events(cq, 1);
 		rp->armed = 0;
 	}
 	if (!rp->armed) {
