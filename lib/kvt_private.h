@@ -211,6 +211,12 @@ void kvt_ports_stop(void);
 void kvt_ports_remove(void);
 struct kvt_port *kvt_port_get(unsigned int id);
 uint32_t kvt_best_ports(uint32_t mask);
+/* http.c: POST body (JSON) to url ("http://host:port/path") before
+ * deadline_us; the answer's body (NUL-ended, caller frees, at most max
+ * bytes) and HTTP status.  0, or -EINVAL (url), -EHOSTUNREACH, -ETIMEDOUT,
+ * -EMSGSIZE, -EPROTO (not HTTP), -ENOMEM, or a socket's -errno. */
+int kvt_http_post(const char *url, const char *body, uint64_t deadline_us,
+		  size_t max, long *status, char **answer);
 int kvt_lcores_start(void);
 void kvt_lcores_stop(void);
 void kvt_lcores_free(void);

@@ -10,10 +10,10 @@
  * handshake.  Everything after that is P2P: an etcd outage stops name
  * lookups, not transfers between peers already open.
  *
- * Client: etcd's v3 JSON gateway over HTTP with libcurl, parsed with
+ * Client: etcd's v3 JSON gateway over HTTP (http.c), parsed with
  * jansson; every answer is checked before it is used.  Base64 (the
- * gateway's encoding of keys and values) is written here: neither library
- * offers it.
+ * gateway's encoding of keys and values) is written here: jansson does
+ * not offer it.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -24,7 +24,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <curl/curl.h>
 #include <jansson.h>
 #include <rte_errno.h>
 
@@ -117,30 +116,6 @@ b64_decode(const char *in, char *out, size_t cap)
 
 /* ---- HTTP ---- */
 
-struct answer {
-	char *data;
-	size_t len;
-};
-
-static size_t
-collect(char *p, size_t sz, size_t n, void *arg)
-{
-	struct answer *a = arg;
-	size_t len = sz * n;
-	char *d;
-
-	if (a->len + len > META_ANSWER_MAX)
-		return 0;	/* an answer this big is not etcd's */
-	d = realloc(a->data, a->len + len + 1);
-	if (d == NULL)
-		return 0;
-	memcpy(d + a->len, p, len);
-	a->len += len;
-	d[a->len] = '\0';
-	a->data = d;
-	return len;
-}
-
 /*
  * POST body to path on the first endpoint that answers.  @return the
  * parsed JSON answer (caller frees), or NULL with *err set: -EHOSTUNREACH
@@ -149,49 +124,40 @@ collect(char *p, size_t sz, size_t n, void *arg)
 static json_t *
 post_within(const char *path, json_t *body, int *err, uint64_t deadline_us)
 {
-	struct answer a = { NULL, 0 };
-	char url[256], *text = json_dumps(body, JSON_COMPACT);
+	char url[256], *text = json_dumps(body, JSON_COMPACT), *answer = NULL;
 	json_t *res = NULL;
 	unsigned int i, k;
 	uint64_t now;
-	long code = 0, ms;
-	CURL *c;
+	long code = 0;
+	int ret;
 
 	*err = -EHOSTUNREACH;
 	if (text == NULL) {
 		*err = -ENOMEM;
 		return NULL;
 	}
-	c = curl_easy_init();
-	for (i = 0; c != NULL && i < meta.nep && res == NULL; i++) {
+	for (i = 0; i < meta.nep && res == NULL; i++) {
 		now = kvt_now_us();
 		if (now >= deadline_us) {
 			*err = -ETIMEDOUT;
 			break;
 		}
-		ms = (long)RTE_MIN((uint64_t)META_HTTP_MS, (deadline_us - now + 999) / 1000);
 		k = (meta.cur + i) % meta.nep;
 		snprintf(url, sizeof(url), "%s%s", meta.ep[k], path);
-		free(a.data);
-		a.data = NULL;
-		a.len = 0;
-		curl_easy_setopt(c, CURLOPT_URL, url);
-		curl_easy_setopt(c, CURLOPT_POSTFIELDS, text);
-		curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, ms);
-		curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, ms);
-		curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
-		curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, collect);
-		curl_easy_setopt(c, CURLOPT_WRITEDATA, &a);
-		if (curl_easy_perform(c) != CURLE_OK)
+		free(answer);
+		answer = NULL;
+		ret = kvt_http_post(url, text,
+				    RTE_MIN(deadline_us, now + META_HTTP_MS * 1000ull),
+				    META_ANSWER_MAX, &code, &answer);
+		if (ret < 0)
 			continue;
-		curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &code);
-		res = a.data != NULL ? json_loads(a.data, 0, NULL) : NULL;
+		res = json_loads(answer, 0, NULL);
 		if (res == NULL || !json_is_object(res) || code != 200 ||
 		    json_object_get(res, "error") != NULL) {
 			/* A member that cannot serve (a learner answers 503)
 			 * does not speak for the cluster: ask the next. */
 			KVT_LOG(WARNING, "etcd %s%s answered %ld: %.200s", meta.ep[k],
-				path, code, a.data != NULL ? a.data : "(nothing)");
+				path, code, answer);
 			json_decref(res);
 			res = NULL;
 			*err = -EPROTO;
@@ -201,9 +167,7 @@ post_within(const char *path, json_t *body, int *err, uint64_t deadline_us)
 	}
 	if (res == NULL && *err == -EHOSTUNREACH && kvt_now_us() >= deadline_us)
 		*err = -ETIMEDOUT;
-	if (c != NULL)
-		curl_easy_cleanup(c);
-	free(a.data);
+	free(answer);
 	free(text);
 	return res;
 }
@@ -511,7 +475,6 @@ kvt_meta_start(void)
 		KVT_LOG(ERR, "--kvt-meta %s: expected etcd://host:port[,host:port]", url);
 		return ret;
 	}
-	curl_global_init(CURL_GLOBAL_DEFAULT);
 	snprintf(meta.key, sizeof(meta.key), "%s/%s/engines/%s", META_PREFIX,
 		 kvt_eng->o.cluster, kvt_eng->o.name);
 	meta.ttl = RTE_MAX(2u, kvt_eng->o.timeout_ms * 3 / 1000);
