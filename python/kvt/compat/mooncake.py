@@ -105,6 +105,15 @@ def _kvt_op(opcode):
                      % (opcode,))
 
 
+def _logged_op(call, opcode):
+    """kvt's op for a Mooncake opcode, or None with the refusal logged."""
+    try:
+        return _kvt_op(opcode)
+    except ValueError as e:
+        log.error("%s: %s", call, e)
+        return None
+
+
 def _env_true(name):
     return os.environ.get(name, "").strip().lower() in ("1", "true", "yes",
                                                          "on")
@@ -816,10 +825,8 @@ class TransferEngine:
                       length, opcode, notify=None, transport_hint=""):
         """One block in the direction of opcode (TransferOpcode.Read or
         Write; any other value: -1)."""
-        try:
-            op = _kvt_op(opcode)
-        except ValueError as e:
-            log.error("transfer_sync: %s", e)
+        op = _logged_op("transfer_sync", opcode)
+        if op is None:
             return -1
         return self._sync(op, target_hostname, buffer, peer_buffer_address,
                           length, _note_bytes(notify), many=False)
@@ -839,10 +846,8 @@ class TransferEngine:
     def batch_transfer_sync(self, target_hostname, buffers,
                             peer_buffer_addresses, lengths, opcode,
                             notify=None, transport_hint=""):
-        try:
-            op = _kvt_op(opcode)
-        except ValueError as e:
-            log.error("batch_transfer_sync: %s", e)
+        op = _logged_op("batch_transfer_sync", opcode)
+        if op is None:
             return -1
         return self._sync(op, target_hostname, buffers, peer_buffer_addresses,
                           lengths, _note_bytes(notify))
@@ -902,10 +907,8 @@ class TransferEngine:
                              transport_hint=""):
         """As batch_transfer_async_write/read, by opcode (any other
         value: 0)."""
-        try:
-            op = _kvt_op(opcode)
-        except ValueError as e:
-            log.error("batch_transfer_async: %s", e)
+        op = _logged_op("batch_transfer_async", opcode)
+        if op is None:
             return 0
         return self._async_submit(op, target_hostname, buffers,
                                   peer_buffer_addresses, lengths)
