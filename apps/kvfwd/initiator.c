@@ -104,17 +104,21 @@ kvfwd_reuse(struct kvt_batch *b)
 	return ret != 0 ? -1 : 0;
 }
 
+/* Local block i came from target block first_block + i, or, for a page
+ * list, first_block + order[i]. */
 static void
 read_check(struct worker *w, const uint8_t *local, unsigned int n,
-	   uint64_t first_block)
+	   uint64_t first_block, const uint32_t *order)
 {
 	const struct kvfwd_opts *o = w->sh->o;
+	uint64_t blk;
 	unsigned int i;
 
 	for (i = 0; i < n; i++) {
 		w->read_checked++;
-		if (!kvfwd_check(local + i * o->block, o->block,
-				 first_block + i + 1, kvfwd_is_dev(o->src_loc)))
+		blk = first_block + (order != NULL ? order[i] : i);
+		if (!kvfwd_check(local + i * o->block, o->block, blk + 1,
+				 kvfwd_is_dev(o->src_loc)))
 			w->read_bad++;
 	}
 }
@@ -166,6 +170,7 @@ struct inflight {
 	uint8_t *local;		/* its share of the source */
 	unsigned int n;		/* requests; 0: free */
 	uint64_t first;		/* its first block in the target buffer */
+	const uint32_t *order;	/* a page list's blocks, after first */
 	double t0;
 };
 
@@ -181,7 +186,7 @@ settle(struct worker *w, struct inflight *f)
 		return -1;
 	}
 	if (o->verify && o->op == KVT_OP_READ)
-		read_check(w, f->local, f->n, f->first);
+		read_check(w, f->local, f->n, f->first, f->order);
 	if (kvfwd_reuse(f->b) < 0)
 		return -1;
 	w->requests += f->n;
@@ -238,6 +243,8 @@ plain_worker(void *arg)
 		f->first = first + next;
 		f->t0 = kvfwd_now();
 		if (o->pages) {
+			f->first = first;
+			f->order = order + next;
 			ret = submit_list(w, f->b, f->local, order, li, ri,
 					  first, next, n);
 		} else {
@@ -547,6 +554,22 @@ check_sizes(const struct kvfwd_opts *o, const struct shared *sh)
 	return 0;
 }
 
+/*
+ * Blocks [0, n) of the target hold every block plain mode may read:
+ * thread w reads inside [w * share, w * share + min(share, budget)).
+ * Page lists and timed runs may reach any block of a share.
+ */
+static uint64_t
+read_reach(const struct kvfwd_opts *o, const struct shared *sh)
+{
+	uint64_t share = sh->rlen / o->threads / o->block;
+	uint64_t budget = (o->total + o->block - 1) / o->block;
+
+	if (o->pages || o->duration > 0 || budget > share)
+		budget = share;
+	return (uint64_t)(o->threads - 1) * share + budget;
+}
+
 int
 kvfwd_initiator(const struct kvfwd_opts *o, struct kvfwd_result *res)
 {
@@ -579,10 +602,14 @@ kvfwd_initiator(const struct kvfwd_opts *o, struct kvfwd_result *res)
 	session = o->fence || o->verify || (o->baseline && kvfwd_uses(o, "tcp"));
 	if (session) {
 		kvt_listen_addr(addr, sizeof(addr));
-		/* A baseline alone needs the target's sink, not its credits. */
-		snprintf(hello, sizeof(hello), "hello %s %" PRIu64 " %s %d", addr,
-			 o->block, !o->fence && !o->verify ? "sink" :
-			 o->op == KVT_OP_READ ? "read" : "write", o->verify);
+		/* A baseline alone needs the target's sink, not its credits.
+		 * The last field bounds the blocks a verified read may look
+		 * at, so the target fills those, not its whole buffer (64 Mi
+		 * one-byte blocks take an emulated guest half a minute). */
+		snprintf(hello, sizeof(hello), "hello %s %" PRIu64 " %s %d %" PRIu64,
+			 addr, o->block, !o->fence && !o->verify ? "sink" :
+			 o->op == KVT_OP_READ ? "read" : "write", o->verify,
+			 read_reach(o, &sh));
 		ret = say(&sh, hello);
 		if (ret == 0)
 			ret = wait_text(&sh, "ready");

@@ -9,7 +9,8 @@
  * another room is "stale".
  *
  * Messages (notifications): initiator -> target "hello ADDR BLOCK OP
- * VERIFY" (OP: write, read, or sink for a plain-socket baseline alone)
+ * VERIFY [REACH]" (OP: write, read, or sink for a plain-socket baseline
+ * alone; REACH: a verified read looks at blocks below it only)
  * and "bye"; target -> initiator "ready SINKPORT", credits, "result
  * CHECKED MIXED STALE", or "busy" to an initiator that comes while
  * another one's session lives: a target serves one initiator at a time.
@@ -184,11 +185,12 @@ static void
 on_hello(struct target *t, const char *text)
 {
 	char addr[128], op[8], answer[32];
-	unsigned long long block;
+	unsigned long long block, reach = ~0ull;
+	uint64_t n;
 	uint32_t s;
 
-	if (sscanf(text, "hello %127s %llu %7s %d", addr, &block, op,
-		   &t->verify) != 4 || block == 0 || block > t->o->buffer) {
+	if (sscanf(text, "hello %127s %llu %7s %d %llu", addr, &block, op,
+		   &t->verify, &reach) < 4 || block == 0 || block > t->o->buffer) {
 		fprintf(stderr, "kvfwd target: bad hello '%s'\n", text);
 		return;
 	}
@@ -201,9 +203,12 @@ on_hello(struct target *t, const char *text)
 	t->block = block;
 	t->checked = t->mixed = t->stale = t->late = 0;
 	if (strcmp(op, "read") == 0) {
-		/* Read verify: every block holds the pattern of its index. */
-		for (s = 0; s < t->o->buffer / block; s++)
-			kvfwd_fill(t->buf + s * block, block, s + 1,
+		/* Read verify: every block the initiator may read (the
+		 * hello's last field, else all) holds the pattern of its
+		 * index. */
+		n = RTE_MIN(t->o->buffer / block, (uint64_t)reach);
+		for (s = 0; s < n; s++)
+			kvfwd_fill(t->buf + (uint64_t)s * block, block, s + 1,
 				   kvfwd_is_dev(t->o->dst_loc), 0);
 	}
 	t->back = kvt_peer_open(addr, 5000);
