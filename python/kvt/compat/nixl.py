@@ -29,6 +29,7 @@ What the agent does on kvt:
 import bisect
 import errno
 import json
+import logging
 import os
 import threading
 
@@ -41,6 +42,7 @@ __all__ = ["nixl_agent", "nixl_agent_config", "nixlXferDList", "nixlRegDList",
 DEFAULT_COMM_PORT = 8080
 NIXL_INIT_AGENT = "NIXL_INIT_AGENT"
 _MAGIC = "kvt-nixl-1"
+log = logging.getLogger("kvt.compat.nixl")
 _MEMS = {"DRAM": "cpu", "cpu": "cpu", "VRAM": "cuda", "cuda": "cuda"}
 
 
@@ -340,7 +342,8 @@ class nixl_agent:
             x.note_first = None
             try:
                 _submit(x, [(r.addr, r.length) for r in self._regions.values()])
-            except OSError:
+            except OSError as e:
+                log.error("transfer %d to %s refused: %s", handle, x.remote, e)
                 x.state = "ERR"
                 return "ERR"
             x.state = "PROC"
@@ -354,8 +357,16 @@ class nixl_agent:
             if x.batch.poll() > 0:
                 return "PROC"
             try:
+                # Every submission finished, not only its requests
+                # settled: its overlap claims are gone, so the next
+                # transfer to these bytes is not refused as concurrent.
+                x.batch.wait(0)
+            except TimeoutError:
+                return "PROC"
+            try:
                 x.batch.check()
-            except OSError:
+            except OSError as e:
+                log.error("transfer %d to %s failed: %s", handle, x.remote, e)
                 x.state = "ERR"
                 return "ERR"
             if x.notif and x.note_first is None:
@@ -363,7 +374,9 @@ class nixl_agent:
                 try:
                     x.note_first = x.batch.write(x.peer, 0, 0, [],
                                                  notify=_note(self.name, x.notif))
-                except OSError:
+                except OSError as e:
+                    log.error("transfer %d to %s: its notification failed: %s",
+                              handle, x.remote, e)
                     x.state = "ERR"
                     return "ERR"
                 return "PROC"
