@@ -150,6 +150,7 @@ class nixl_agent:
         self._regions = {}          # addr -> kvt.Region
         self._handles = {}
         self._next = 1
+        self._spare = []            # finished batches, reset, for reuse
         args = ["--", "--kvt-name", agent_name] + conf.kvt_args + \
             os.environ.get("KVT_NIXL_ARGS", "").split()
         with nixl_agent._lock:
@@ -336,12 +337,11 @@ class nixl_agent:
                 return "ERR"        # still moving: NIXL refuses a repost
             if notif_msg:
                 x.notif = _bytes(notif_msg)
-            if x.batch is not None:
-                x.batch.close()
-            x.batch = self._eng.batch(max(len(x.pairs), 1) + 1)
+            self._put_batch(x)
+            x.batch = self._take_batch(len(x.pairs) + 1)
             x.note_first = None
             try:
-                _submit(x, [(r.addr, r.length) for r in self._regions.values()])
+                _submit(x, self._regions)
             except OSError as e:
                 log.error("transfer %d to %s refused: %s", handle, x.remote, e)
                 x.state = "ERR"
@@ -390,9 +390,32 @@ class nixl_agent:
                 raise RuntimeError("transfer %r is still moving: kvt cannot "
                                    "cancel it; release it once its state is "
                                    "DONE or ERR" % handle)
-            if x.batch is not None:
-                x.batch.close()
+            self._put_batch(x)
         del self._handles[handle]
+
+    # A batch a transfer (one kvt request list): finished ones are reset
+    # and kept for the next transfer, as a connector makes one a request.
+    _SPARE_MAX = 64
+
+    def _take_batch(self, need):
+        for i, b in enumerate(self._spare):
+            if b.capacity >= need:
+                return self._spare.pop(i)
+        return self._eng.batch(max(need, 64))
+
+    def _put_batch(self, x):
+        b, x.batch = x.batch, None
+        if b is None:
+            return
+        try:
+            b.reset()
+        except OSError:
+            b.close()               # still busy (a failed transfer's rest)
+            return
+        if len(self._spare) < self._SPARE_MAX:
+            self._spare.append(b)
+        else:
+            b.close()
 
     def release_dlist_handle(self, handle):
         self._get(handle, _Prepped)
@@ -465,11 +488,16 @@ def _note(sender, msg):
     return note
 
 
-def _submit(x, local_spans):
+def _submit(x, regions):
     """Queue a transfer's pairs: runs of equal pages between two regions
-    (local_spans: the agent's, as (base, len)) as page lists, the rest as
-    one list of requests."""
-    local = _Regions(local_spans)
+    (regions: the agent's, kvt.Region by address) as page lists, the rest
+    as one list of requests."""
+    if len(x.pairs) == 1:
+        # One block: one request (no page list to find).
+        move = x.batch.write if x.op == kvt.OP_WRITE else x.batch.read
+        move(x.peer, *x.pairs[0])
+        return
+    local = _Regions([(r.addr, r.length) for r in regions.values()])
     remote = _Regions([(r["base"], r["len"]) for r in x.peer.regions()])
     groups, rest = {}, []
     for la, ra, n in x.pairs:
