@@ -195,3 +195,36 @@ r.append(te2.transfer_sync_write(%r, src2.ctypes.data, %d, 4096))
 result = r
 """ % (session, base)) == [0, 0, 0]
     assert values(t, 4096) == [5]
+
+
+def test_ipv6_local_addresses(nodes):
+    """IPv6 loopback as Mooncake's local_hostname ("::1", "[::1]:port")
+    starts the engine (it returned -1); a peer named "[::1]:port" is
+    reached; another IPv6 address is refused with -1, not half served."""
+    t = nodes()
+    port = t.run("""
+import numpy as np
+from kvt.compat.mooncake import TransferEngine
+te = TransferEngine()
+assert te.initialize("[::1]:0", "P2PHANDSHAKE", "tcp", "") == 0
+buf = np.zeros(1 << 20, dtype=np.uint8)
+assert te.register_memory(buf.ctypes.data, buf.nbytes) == 0
+result = [te.get_rpc_port(), buf.ctypes.data]
+""")
+    i = nodes()
+    assert i.run("""
+import numpy as np
+from kvt.compat.mooncake import TransferEngine
+te = TransferEngine()
+r = [te.initialize("::1", "P2PHANDSHAKE", "tcp", "")]
+src = np.full(4096, 9, dtype=np.uint8)
+r.append(te.register_memory(src.ctypes.data, src.nbytes))
+r.append(te.transfer_sync_write("[::1]:%d", src.ctypes.data, %d, 4096))
+result = r
+""" % (port[0], port[1])) == [0, 0, 0]
+    assert values(t, 4096) == [9]
+    other = nodes()
+    assert other.run("""
+from kvt.compat.mooncake import TransferEngine
+result = TransferEngine().initialize("fe80::1", "P2PHANDSHAKE", "tcp", "")
+""") == -1

@@ -288,6 +288,16 @@ def _listen_addr(local_hostname):
     return "%s:%s" % (host, port)
 
 
+def _peer_addr(target):
+    """A peer's name as kvt opens it: IPv6 loopback ("[::1]:port") is
+    127.0.0.1 (the peer listens there: see _listen_addr)."""
+    if target.startswith("["):
+        host, _, rest = target[1:].partition("]")
+        if host in ("::1", "0:0:0:0:0:0:0:1") and rest.startswith(":"):
+            return "127.0.0.1" + rest
+    return target
+
+
 class _Pool:
     """Mooncake's managed buffers come from a pool it allocates and
     registers when it starts (PASS_ALLOC=1 skips it); those larger than
@@ -649,6 +659,7 @@ class TransferEngine:
 
     def _peer(self, target):
         eng = self._eng()
+        target = _peer_addr(target)
         with _Shared.lock:
             p = _Shared.peers.get(target)
         if p is not None and p.alive:
@@ -675,7 +686,7 @@ class TransferEngine:
             return -1
 
     def _is_self(self, segment_name):
-        host, _, port = segment_name.rpartition(":")
+        host, _, port = _peer_addr(segment_name).rpartition(":")
         ip, _, mine = self._eng().listen_addr.rpartition(":")
         return port == mine and host in (ip, "127.0.0.1", "localhost",
                                          socket.gethostname())
