@@ -16,7 +16,13 @@
 #include "kvt.h"
 #include "test_common.h"
 
+/* How long a peer may take to answer a command.  A ThreadSanitizer-built
+ * peer touches about five times the memory it maps (the shadow): a 1 GiB
+ * allocation took it 26-32 s on a CI-like VM whose free memory was cold
+ * (fresh pages there cost several us each), so it gets four times as
+ * long. */
 #define TC_REPLY_US (30 * 1000 * 1000)
+#define tc_reply_us() (tc_tsan_peers() ? 4ull * TC_REPLY_US : TC_REPLY_US)
 
 uint64_t
 tc_now_us(void)
@@ -148,7 +154,7 @@ tc_peer_start_in(struct tc_peer *p, const char *netns, const char *opts)
 	p->in = fdopen(in[1], "w");
 	p->out = out[0];
 	setvbuf(p->in, NULL, _IOLBF, 0);
-	ret = read_line(p->out, line, sizeof(line), TC_REPLY_US);
+	ret = read_line(p->out, line, sizeof(line), tc_reply_us());
 	if (ret == 0 && sscanf(line, "ready %63s", p->addr) != 1)
 		ret = -EPROTO;
 	if (ret < 0)
@@ -162,7 +168,7 @@ tc_peer_reply(struct tc_peer *p, char *buf, size_t len)
 	char line[4096];
 	int ret;
 
-	ret = read_line(p->out, line, sizeof(line), TC_REPLY_US);
+	ret = read_line(p->out, line, sizeof(line), tc_reply_us());
 	if (ret < 0)
 		return ret;
 	if (strncmp(line, "ok", 2) != 0) {
