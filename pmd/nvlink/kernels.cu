@@ -10,9 +10,11 @@
  * sees every other block's writes ordered before its own, and only then
  * stores the fence (st.release.sys), the done word and the progress word.
  * A receiver that reads the fence with an acquire load sees the data.
+ *
+ * Built into images (kernels_image.py) and launched by name through the
+ * driver (nvlink_cu.c): no host code here.
  */
 #include <stdint.h>
-#include <string.h>
 
 #include "kernels.h"
 
@@ -55,14 +57,10 @@ store_release_sys(uint64_t addr, uint64_t v)
 		     :: "l"(addr), "l"(v) : "memory");
 }
 
-struct inline_tasks {
-	struct kvt_nv_task t[KVT_NV_INLINE];
-};
-
 /* 4 blocks of 512 per SM: the SM budget counts in whole SMs. */
-__global__ static void __launch_bounds__(512, 4)
-gather(const struct kvt_nv_task *list, uint32_t n, struct inline_tasks inl,
-       struct kvt_nv_tail tail)
+extern "C" __global__ void __launch_bounds__(512, 4)
+kvt_nv_gather(const struct kvt_nv_task *list, uint32_t n,
+	      struct kvt_nv_inline inl, struct kvt_nv_tail tail)
 {
 	const struct kvt_nv_task *tasks = list != NULL ? list : inl.t;
 	const unsigned int lane = threadIdx.x % WARP;
@@ -90,19 +88,6 @@ gather(const struct kvt_nv_task *list, uint32_t n, struct inline_tasks inl,
 		store_release_sys(tail.done, 1);
 	if (tail.progress)
 		store_release_sys(tail.progress, tail.ticket);
-}
-
-extern "C" int
-kvt_nv_gather(const struct kvt_nv_task *tasks, uint32_t n,
-	      const struct kvt_nv_task *inl, const struct kvt_nv_tail *tail,
-	      unsigned int blocks, void *stream)
-{
-	struct inline_tasks it;
-
-	if (tasks == NULL)
-		memcpy(it.t, inl, n * sizeof(it.t[0]));
-	gather<<<blocks, 512, 0, (cudaStream_t)stream>>>(tasks, n, it, *tail);
-	return (int)cudaGetLastError();
 }
 
 __device__ static uint64_t
@@ -153,9 +138,9 @@ cmd_wait(const struct kvt_nv_cmd *slot, uint64_t t, struct kvt_nv_cmd *out)
  * the stale-completion test counted mixed blocks that way), so a receiver
  * that acquires the fence sees the data.
  */
-__global__ static void __launch_bounds__(KVT_NV_RES_THREADS)
-resident(const struct kvt_nv_cmd *cmds, uint32_t ncmds, uint64_t first,
-	 uint64_t progress)
+extern "C" __global__ void __launch_bounds__(KVT_NV_RES_THREADS)
+kvt_nv_resident(const struct kvt_nv_cmd *cmds, uint32_t ncmds, uint64_t first,
+		uint64_t progress)
 {
 	const unsigned int warp = threadIdx.x / WARP, nwarps = blockDim.x / WARP;
 	__shared__ struct kvt_nv_cmd c;
@@ -188,15 +173,6 @@ resident(const struct kvt_nv_cmd *cmds, uint32_t ncmds, uint64_t first,
 		store_release_sys(progress, t);
 }
 
-extern "C" int
-kvt_nv_resident(const struct kvt_nv_cmd *cmds, uint32_t ncmds, uint64_t first,
-		uint64_t progress, void *stream)
-{
-	resident<<<1, KVT_NV_RES_THREADS, 0, (cudaStream_t)stream>>>(
-		cmds, ncmds, first, progress);
-	return (int)cudaGetLastError();
-}
-
 __device__ static uint64_t
 load_acquire_sys(const uint64_t *p)
 {
@@ -216,9 +192,9 @@ now_ns(void)
 	return t;
 }
 
-__global__ static void
-fence_wait(const uint64_t *word, uint64_t room, uint64_t timeout_ns,
-	   uint32_t *status)
+extern "C" __global__ void
+kvt_nv_fence_wait(const uint64_t *word, uint64_t room, uint64_t timeout_ns,
+		  uint32_t *status)
 {
 	uint64_t start = now_ns(), v;
 
@@ -238,13 +214,4 @@ fence_wait(const uint64_t *word, uint64_t room, uint64_t timeout_ns,
 		}
 	}
 	__threadfence_system();
-}
-
-extern "C" int
-kvt_nv_fence_wait(const uint64_t *word, uint64_t room, uint64_t timeout_ns,
-		  uint32_t *status, void *stream)
-{
-	fence_wait<<<1, 1, 0, (cudaStream_t)stream>>>(word, room, timeout_ns,
-						       status);
-	return (int)cudaGetLastError();
 }

@@ -5,6 +5,7 @@
 #ifndef KVT_NVLINK_KERNELS_H
 #define KVT_NVLINK_KERNELS_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #ifdef __cplusplus
@@ -79,34 +80,40 @@ kvt_nv_cmd_check(const uint64_t *w)
 /* Up to this many tasks travel inside the launch itself. */
 #define KVT_NV_INLINE 8
 
-/*
- * Launch the gather kernel on stream (current device): tasks is a device
- * list, or NULL when the n <= KVT_NV_INLINE tasks are passed in inl (the
- * launch then needs no copy of the list first).  @return 0 or a
- * cudaError_t.
- */
-int kvt_nv_gather(const struct kvt_nv_task *tasks, uint32_t n,
-		  const struct kvt_nv_task *inl, const struct kvt_nv_tail *tail,
-		  unsigned int blocks, void *stream);
+struct kvt_nv_inline {
+	struct kvt_nv_task t[KVT_NV_INLINE];
+};
 
 /*
- * Launch a lane's resident kernel on stream: one block that takes the
- * commands of tickets first, first + 1, ... from cmds (device view of an
- * array of ncmds) and, for each, copies len bytes src -> dst, then
- * stores (release, system scope) fence <- room, done <- 1 and
- * *progress <- ticket.  It returns after an exit command, whose ticket it
- * also stores in *progress.  @return 0 or a cudaError_t.
+ * The kernels (kernels.cu), launched by name through the driver:
+ *
+ * kvt_nv_gather(list, n, inl, tail): copy n tasks from the device list
+ * list, or from inl when list is 0 (n <= KVT_NV_INLINE: the launch then
+ * needs no copy of the list first), on any number of 512-thread blocks;
+ * the last block stores the tail.
+ *
+ * kvt_nv_resident(cmds, ncmds, first, progress): one block of
+ * KVT_NV_RES_THREADS that takes the commands of tickets first, first + 1,
+ * ... from cmds (device view of an array of ncmds) and, for each, copies
+ * len bytes src -> dst, then stores (release, system scope) fence <- room,
+ * done <- 1 and *progress <- ticket.  It returns after an exit command,
+ * whose ticket it also stores in *progress.
+ *
+ * kvt_nv_fence_wait(word, room, timeout_ns, status): one thread that
+ * waits until *word == room (acquire, system scope), gives up on another
+ * non-zero value or after timeout_ns, and stores 1 (arrived), 2 (stale)
+ * or 3 (timeout) in *status.
  */
-int kvt_nv_resident(const struct kvt_nv_cmd *cmds, uint32_t ncmds,
-		    uint64_t first, uint64_t progress, void *stream);
 
-/*
- * Launch a one-thread kernel that waits until *word == room (acquire,
- * system scope), gives up on another non-zero value or after timeout_ns,
- * and stores 1 (arrived), 2 (stale) or 3 (timeout) in *status.
- */
-int kvt_nv_fence_wait(const uint64_t *word, uint64_t room, uint64_t timeout_ns,
-		      uint32_t *status, void *stream);
+/* One loadable image of the kernels (kernels_image.py writes the table). */
+struct kvt_nv_image {
+	unsigned int sm;	/* cubin for sm_<sm>; 0: PTX */
+	const void *data;	/* PTX ends in a NUL */
+	size_t len;
+};
+
+extern const struct kvt_nv_image kvt_nv_images[];
+extern const unsigned int kvt_nv_nimages;
 
 #ifdef __cplusplus
 }

@@ -9,11 +9,12 @@
  * pidfd_getfd; other device memory (cudaMalloc, a framework's allocator)
  * goes through legacy CUDA IPC handles (nvlink_mem.c).  Fence tables in
  * host memory are memfd mappings the GPU writes to once registered with
- * cudaHostRegister.
+ * cuMemHostRegister.  Every CUDA call goes through the driver, opened at
+ * run time (nvlink_cu.c).
  *
  * Data path: the port takes whole submissions (KVT_PMD_F_WHOLE).  For
  * each (local GPU, remote GPU) pair there is a non-blocking stream (a
- * "lane").  Large requests go to the copy engines (cudaMemcpyAsync); the
+ * "lane").  Large requests go to the copy engines (cuMemcpyAsync); the
  * small pages of paged KV cache go to one launch of a gather kernel over
  * the submission's (src, dst, len) list, on at most the SM budget.  The
  * kernel's last block, after all blocks' copies are visible system-wide,
@@ -50,44 +51,76 @@ lane_free(struct nv_lane *l)
 {
 	if (l == NULL)
 		return;
-	cudaSetDevice(l->dev);
-	cudaStreamSynchronize(l->st);
-	cudaStreamDestroy(l->st);
-	cudaEventDestroy(l->join);
-	cudaFreeHost(l->ring);
-	cudaFree(l->dring);
-	cudaFreeHost(l->progress);
-	cudaFreeHost(l->cmds);
-	cudaFree(l->counters);
-	cudaGetLastError();
+	if (nv_ctx_push(l->dev) == 0) {
+		if (l->st != NULL) {
+			nv_cu.cuStreamSynchronize(l->st);
+			nv_cu.cuStreamDestroy(l->st);
+		}
+		if (l->join != NULL)
+			nv_cu.cuEventDestroy(l->join);
+		if (l->ring != NULL)
+			nv_cu.cuMemFreeHost(l->ring);
+		if (l->dring != 0)
+			nv_cu.cuMemFree(l->dring);
+		if (l->progress != NULL)
+			nv_cu.cuMemFreeHost(l->progress);
+		if (l->cmds != NULL)
+			nv_cu.cuMemFreeHost(l->cmds);
+		if (l->counters != 0)
+			nv_cu.cuMemFree(l->counters);
+		nv_ctx_pop();
+	}
 	free(l);
+}
+
+/* What a lane needs, in dev's context (current). */
+static CUresult
+lane_alloc(struct nv_lane *l)
+{
+	const unsigned int mapped = CU_MEMHOSTALLOC_DEVICEMAP |
+		CU_MEMHOSTALLOC_PORTABLE;
+	CUresult r;
+
+	r = nv_cu.cuStreamCreate(&l->st, CU_STREAM_NON_BLOCKING);
+	if (r == CUDA_SUCCESS)
+		r = nv_cu.cuEventCreate(&l->join, CU_EVENT_DISABLE_TIMING);
+	if (r == CUDA_SUCCESS)
+		r = nv_cu.cuMemHostAlloc((void **)&l->ring,
+					 NV_RING * sizeof(*l->ring),
+					 CU_MEMHOSTALLOC_PORTABLE);
+	if (r == CUDA_SUCCESS)
+		r = nv_cu.cuMemAlloc(&l->dring, NV_RING * sizeof(*l->ring));
+	if (r == CUDA_SUCCESS)
+		r = nv_cu.cuMemHostAlloc((void **)&l->progress, 64, mapped);
+	if (r == CUDA_SUCCESS)
+		r = nv_cu.cuMemHostAlloc((void **)&l->cmds,
+					 NV_TICKETS * sizeof(*l->cmds), mapped);
+	if (r == CUDA_SUCCESS)
+		r = nv_cu.cuMemAlloc(&l->counters,
+				     NV_TICKETS * sizeof(unsigned int));
+	if (r == CUDA_SUCCESS)
+		r = nv_cu.cuMemsetD8(l->counters, 0,
+				     NV_TICKETS * sizeof(unsigned int));
+	return r;
 }
 
 static struct nv_lane *
 lane_new(int dev)
 {
 	struct nv_lane *l = calloc(1, sizeof(*l));
+	CUresult r;
 
 	if (l == NULL)
 		return NULL;
 	l->dev = dev;
-	cudaSetDevice(dev);
-	if (cudaStreamCreateWithFlags(&l->st, cudaStreamNonBlocking) != cudaSuccess ||
-	    cudaEventCreateWithFlags(&l->join, cudaEventDisableTiming) != cudaSuccess ||
-	    cudaHostAlloc((void **)&l->ring, NV_RING * sizeof(*l->ring),
-			  cudaHostAllocPortable) != cudaSuccess ||
-	    cudaMalloc((void **)&l->dring, NV_RING * sizeof(*l->dring)) !=
-	    cudaSuccess ||
-	    cudaHostAlloc((void **)&l->progress, 64,
-			  cudaHostAllocMapped | cudaHostAllocPortable) != cudaSuccess ||
-	    cudaHostAlloc((void **)&l->cmds, NV_TICKETS * sizeof(*l->cmds),
-			  cudaHostAllocMapped | cudaHostAllocPortable) != cudaSuccess ||
-	    cudaMalloc((void **)&l->counters, NV_TICKETS * sizeof(unsigned int)) !=
-	    cudaSuccess ||
-	    cudaMemset(l->counters, 0, NV_TICKETS * sizeof(unsigned int)) !=
-	    cudaSuccess) {
-		NV_LOG(ERR, "lane on cuda:%d: %s", dev,
-		       cudaGetErrorString(cudaGetLastError()));
+	if (nv_ctx_push(dev) < 0) {
+		free(l);
+		return NULL;
+	}
+	r = lane_alloc(l);
+	nv_ctx_pop();
+	if (r != CUDA_SUCCESS) {
+		NV_LOG(ERR, "lane on cuda:%d: %s", dev, nv_err(r));
 		lane_free(l);
 		return NULL;
 	}
@@ -104,7 +137,7 @@ nv_probe(const struct kvt_pmd *pmd, const char *args)
 	static const char *const keys[] = { "per_gpu", "sms", "resident", NULL };
 	struct rte_kvargs *kv = NULL;
 	struct nv_port *np;
-	char name[32];
+	char name[32], image[24];
 	long per_gpu = 0, sms = NV_DEFAULT_SMS, idle = NV_RES_IDLE_US;
 	int i, n, ret;
 
@@ -123,7 +156,7 @@ nv_probe(const struct kvt_pmd *pmd, const char *args)
 	}
 	n = nv_devices_init();
 	if (n == 0) {
-		NV_LOG(NOTICE, "no usable CUDA device: no nvlink port");
+		NV_LOG(NOTICE, "%s: no nvlink port", nv_sys.why);
 		return 0;
 	}
 	for (i = 0; i < (per_gpu ? n : 1); i++) {
@@ -144,10 +177,16 @@ nv_probe(const struct kvt_pmd *pmd, const char *args)
 			return -ENOSPC;
 		}
 	}
-	NV_LOG(NOTICE, "%d GPU(s), %s, SM budget %ld, resident kernels %s%s", n,
-	       per_gpu ? "a port per GPU" : "one port", sms,
+	if (nv_sys.dev[0].image_sm != 0)
+		snprintf(image, sizeof(image), "sm_%u cubin",
+			 nv_sys.dev[0].image_sm);
+	else
+		snprintf(image, sizeof(image), "PTX");
+	NV_LOG(NOTICE, "%d GPU(s), %s, SM budget %ld, resident kernels %s%s; CUDA driver %d.%d, kernels from %s",
+	       n, per_gpu ? "a port per GPU" : "one port", sms,
 	       idle > 0 ? "on" : "off",
-	       nv_sys.dev[0].fabric ? ", fabric handles" : "");
+	       nv_sys.dev[0].fabric ? ", fabric handles" : "",
+	       nv_sys.driver / 1000, nv_sys.driver % 1000 / 10, image);
 	return 0;
 }
 
@@ -156,20 +195,17 @@ static int
 nv_start(struct kvt_port *port)
 {
 	struct nv_port *np = port->priv;
-	int s, d, old = nv_dev_save();
+	int s, d;
 
 	for (s = 0; s < nv_sys.ndev; s++) {
 		if (np->dev >= 0 && s != np->dev)
 			continue;
 		for (d = 0; d < nv_sys.ndev; d++) {
 			np->lane[s][d] = lane_new(s);
-			if (np->lane[s][d] == NULL) {
-				cudaSetDevice(old);
+			if (np->lane[s][d] == NULL)
 				return -ENOMEM;
-			}
 		}
 	}
-	cudaSetDevice(old);
 	np->res_idle = rte_get_tsc_hz() / 1000000 * np->res_idle_us;
 	np->scratch_cap = 65536;
 	np->scratch = malloc(np->scratch_cap * sizeof(*np->scratch));
@@ -187,9 +223,9 @@ nv_stop(struct kvt_port *port)
 	nv_res_stop_all(np);
 	for (s = 0; s < NV_MAX_DEV; s++)
 		for (d = 0; d < NV_MAX_DEV; d++)
-			if (np->lane[s][d] != NULL) {
-				cudaSetDevice(s);
-				cudaStreamSynchronize(np->lane[s][d]->st);
+			if (np->lane[s][d] != NULL && nv_ctx_push(s) == 0) {
+				nv_cu.cuStreamSynchronize(np->lane[s][d]->st);
+				nv_ctx_pop();
 			}
 	while ((w = np->waits) != NULL) {
 		const struct kvt_subinfo *si = w->d->data;

@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /*
- * What the files of the nvlink PMD share: nvlink_dev.c (the CUDA memory
- * device: driver entry points, devices, allocations, the kvt_dev_ops),
+ * What the files of the nvlink PMD share: nvlink_cu.c (the CUDA driver,
+ * opened at run time: entry points, contexts, the kernels' images and
+ * launches), nvlink_dev.c (the CUDA memory device: devices, allocations,
+ * the kvt_dev_ops),
  * nvlink_mem.c (region keys and imports), nvlink.c (ports, lanes,
  * connections, the kvt_pmd_ops) and nvlink_xfer.c (the data path).
  * kernels.h is what the C side shares with the CUDA kernels.
@@ -12,7 +14,7 @@
 #include <pthread.h>
 
 #include <cuda.h>
-#include <cuda_runtime_api.h>
+#include <cudaTypedefs.h>
 
 #include "kvt_pmd.h"
 #include "kernels.h"
@@ -31,34 +33,81 @@ extern int nv_logtype;
 #define NV_RES_MAX (64u << 10)	/* requests this small go to a resident kernel */
 #define NV_RES_IDLE_US 200	/* it returns after this long without one */
 
-/* Driver entry points, looked up at run time (nvlink_dev.c). */
+/*
+ * The driver calls kvt makes, each with the version of its ABI in CUDA
+ * 12.0 (the typedef cudaTypedefs.h gives it), looked up at run time by
+ * nvlink_cu.c: nv_cu.cuMemcpyAsync(...) and so on.
+ */
+#define NV_DRIVER_CALLS(X)						\
+	X(cuInit, 2000)							\
+	X(cuDriverGetVersion, 2020)					\
+	X(cuGetErrorString, 6000)					\
+	X(cuDeviceGet, 2000)						\
+	X(cuDeviceGetCount, 2000)					\
+	X(cuDeviceGetAttribute, 2000)					\
+	X(cuDeviceGetUuid, 11040)					\
+	X(cuDeviceGetPCIBusId, 4010)					\
+	X(cuDeviceCanAccessPeer, 4000)					\
+	X(cuDevicePrimaryCtxRetain, 7000)				\
+	X(cuCtxSetCurrent, 4000)					\
+	X(cuCtxGetCurrent, 4000)					\
+	X(cuCtxPushCurrent, 4000)					\
+	X(cuCtxPopCurrent, 4000)					\
+	X(cuCtxEnablePeerAccess, 4000)					\
+	X(cuCtxSynchronize, 2000)					\
+	X(cuStreamCreate, 2000)						\
+	X(cuStreamDestroy, 4000)					\
+	X(cuStreamSynchronize, 2000)					\
+	X(cuStreamWaitEvent, 3020)					\
+	X(cuStreamWriteValue64, 11070)					\
+	X(cuStreamGetCtx, 9020)						\
+	X(cuEventCreate, 2000)						\
+	X(cuEventDestroy, 4000)						\
+	X(cuEventRecord, 2000)						\
+	X(cuMemHostAlloc, 2020)						\
+	X(cuMemFreeHost, 2000)						\
+	X(cuMemAlloc, 3020)						\
+	X(cuMemFree, 3020)						\
+	X(cuMemsetD8, 3020)						\
+	X(cuMemcpy, 4000)						\
+	X(cuMemcpyAsync, 4000)						\
+	X(cuMemHostRegister, 6050)					\
+	X(cuMemHostUnregister, 4000)					\
+	X(cuMemHostGetDevicePointer, 3020)				\
+	X(cuPointerGetAttributes, 7000)					\
+	X(cuIpcGetMemHandle, 4010)					\
+	X(cuIpcOpenMemHandle, 11000)					\
+	X(cuIpcCloseMemHandle, 4010)					\
+	X(cuModuleLoadData, 2000)					\
+	X(cuModuleGetFunction, 2000)					\
+	X(cuLaunchKernel, 4000)						\
+	X(cuMemCreate, 10020)						\
+	X(cuMemExportToShareableHandle, 10020)				\
+	X(cuMemImportFromShareableHandle, 10020)			\
+	X(cuMemMap, 10020)						\
+	X(cuMemUnmap, 10020)						\
+	X(cuMemSetAccess, 10020)					\
+	X(cuMemAddressReserve, 10020)					\
+	X(cuMemAddressFree, 10020)					\
+	X(cuMemRelease, 10020)						\
+	X(cuMemGetAllocationGranularity, 10020)				\
+	X(cuMemGetAddressRange, 3020)					\
+	X(cuMemGetHandleForAddressRange, 11070)
+
 struct nv_driver {
-	CUresult (*mem_create)(CUmemGenericAllocationHandle *, size_t,
-			       const CUmemAllocationProp *, unsigned long long);
-	CUresult (*mem_export)(void *, CUmemGenericAllocationHandle,
-			       CUmemAllocationHandleType, unsigned long long);
-	CUresult (*mem_import)(CUmemGenericAllocationHandle *, void *,
-			       CUmemAllocationHandleType);
-	CUresult (*mem_map)(CUdeviceptr, size_t, size_t,
-			    CUmemGenericAllocationHandle, unsigned long long);
-	CUresult (*mem_unmap)(CUdeviceptr, size_t);
-	CUresult (*mem_set_access)(CUdeviceptr, size_t, const CUmemAccessDesc *,
-				   size_t);
-	CUresult (*mem_reserve)(CUdeviceptr *, size_t, size_t, CUdeviceptr,
-				unsigned long long);
-	CUresult (*mem_free_va)(CUdeviceptr, size_t);
-	CUresult (*mem_release)(CUmemGenericAllocationHandle);
-	CUresult (*mem_granularity)(size_t *, const CUmemAllocationProp *,
-				    CUmemAllocationGranularity_flags);
-	CUresult (*mem_range)(CUdeviceptr *, size_t *, CUdeviceptr);
-	CUresult (*dev_attr)(int *, CUdevice_attribute, CUdevice);
-	CUresult (*write_value64)(CUstream, CUdeviceptr, cuuint64_t,
-				  unsigned int);
+#define NV_MEMBER(name, v) PFN_ ## name ## _v ## v name;
+	NV_DRIVER_CALLS(NV_MEMBER)
+#undef NV_MEMBER
 };
 
 extern struct nv_driver nv_cu;
 
 struct nv_dev {
+	CUdevice cu;
+	CUcontext ctx;		/* the primary context, retained */
+	CUmodule mod;		/* the kernels */
+	CUfunction gather, resident, fence_wait;
+	unsigned int image_sm;	/* the cubin loaded, 0: PTX */
 	uint8_t uuid[16];
 	int sms;
 	int numa;
@@ -69,6 +118,8 @@ struct nv_system {
 	int ndev;
 	struct nv_dev dev[NV_MAX_DEV];
 	int host_ptr_ok;	/* registered host memory has the same VA */
+	int driver;		/* its CUDA version, 12080 for 12.8 */
+	char why[160];		/* why there is no GPU, if there is none */
 	int ready;
 };
 
@@ -117,24 +168,24 @@ struct nv_rmem {
 	CUdeviceptr va;
 	size_t size;
 	CUmemGenericAllocationHandle h;
-	void *ipc_base;
+	CUdeviceptr ipc_base;
 	struct kvt_map host;
 };
 
 /* Ports and lanes: one stream per (local GPU, remote GPU). */
 
 struct nv_lane {
-	cudaStream_t st;
-	cudaEvent_t join;	/* other lanes wait on it */
+	CUstream st;
+	CUevent join;		/* other lanes wait on it */
 	int dev;		/* runs on */
 	struct kvt_nv_task *ring;	/* pinned host: filled by the lcore */
-	struct kvt_nv_task *dring;	/* device mirror the kernel reads */
+	CUdeviceptr dring;	/* device mirror the kernel reads */
 	uint64_t head;		/* tasks handed out, ever */
 	uint64_t *progress;	/* pinned: last finished ticket */
 	uint64_t progress_d;	/* its device address */
 	uint64_t ticket;	/* last issued */
 	uint64_t ring_end[NV_TICKETS];	/* head after each ticket */
-	unsigned int *counters;	/* device: one per ticket slot */
+	CUdeviceptr counters;	/* device: an unsigned int per ticket slot */
 	struct kvt_nv_cmd *cmds;	/* pinned, mapped: one per ticket slot */
 	uint64_t cmds_d;	/* their device address */
 	int resident;		/* the resident kernel runs on st */
@@ -170,13 +221,25 @@ struct nv_conn {
 	struct kvt_shared_inbox inbox;
 };
 
+/* nvlink_cu.c */
+int nv_driver_load(char *why, size_t len);
+const char *nv_err(CUresult r);
+int nv_ctx_push(int dev);
+void nv_ctx_pop(void);
+void nv_use(int dev);
+int nv_kernels_load(int dev);
+int nv_launch_gather(const struct nv_lane *l, CUdeviceptr tasks, uint32_t n,
+		     const struct kvt_nv_task *inl,
+		     const struct kvt_nv_tail *tail, unsigned int blocks);
+int nv_launch_resident(const struct nv_lane *l, uint64_t first);
+int nv_launch_fence_wait(int dev, uint64_t word, uint64_t room,
+			 uint64_t timeout_ns, uint64_t status, CUstream st);
+
 /* nvlink_dev.c */
 int nv_devices_init(void);
-int nv_dev_save(void);
 uint64_t nv_host_dptr(void *p);
 struct nv_alloc *nv_alloc_find(uintptr_t p);
 int nv_map_all_devices(CUdeviceptr va, size_t size);
-int nv_resolve(const char *sym, void **fn);
 
 /* nvlink_mem.c */
 int nv_dev_by_uuid(const uint8_t *uuid);

@@ -4,9 +4,10 @@
  * (cuMemCreate, exported as a fabric handle or a POSIX fd), locating
  * device addresses, host memory the GPUs store completions into, copies
  * and stream waits on fence words, and the facts NICs need (PCI
- * addresses, dma-buf exports).  Only cudart is linked; driver entry
- * points are looked up at run time, so the library starts on machines
- * without a driver (the device then stays off and says why).
+ * addresses, dma-buf exports).  Driver calls go through nv_cu
+ * (nvlink_cu.c); a call from an application thread pushes the primary
+ * context of the device it is about and pops it after, so the thread's
+ * own current context stays as it was.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -17,46 +18,23 @@
 
 #include "nvlink.h"
 
-struct nv_driver nv_cu;
 struct nv_system nv_sys;
 
-/* ---- driver entry points ---- */
+/* ---- devices ---- */
 
-int
-nv_resolve(const char *sym, void **fn)
+/* PCI address of a device, lower case as sysfs spells it. */
+static int
+dev_pci(int dev, char *pci, size_t len)
 {
-	enum cudaDriverEntryPointQueryResult q;
+	char *c;
 
-	if (cudaGetDriverEntryPointByVersion(sym, fn, 12000, cudaEnableDefault,
-					     &q) != cudaSuccess ||
-	    q != cudaDriverEntryPointSuccess || *fn == NULL)
-		return -ENOTSUP;
+	if (nv_cu.cuDeviceGetPCIBusId(pci, (int)len, nv_sys.dev[dev].cu) !=
+	    CUDA_SUCCESS)
+		return -ENODEV;
+	for (c = pci; *c != '\0'; c++)
+		*c = (char)(*c >= 'A' && *c <= 'F' ? *c - 'A' + 'a' : *c);
 	return 0;
 }
-
-static int
-resolve_all(void)
-{
-	int r = 0;
-
-	r |= nv_resolve("cuMemCreate", (void **)&nv_cu.mem_create);
-	r |= nv_resolve("cuMemExportToShareableHandle", (void **)&nv_cu.mem_export);
-	r |= nv_resolve("cuMemImportFromShareableHandle", (void **)&nv_cu.mem_import);
-	r |= nv_resolve("cuMemMap", (void **)&nv_cu.mem_map);
-	r |= nv_resolve("cuMemUnmap", (void **)&nv_cu.mem_unmap);
-	r |= nv_resolve("cuMemSetAccess", (void **)&nv_cu.mem_set_access);
-	r |= nv_resolve("cuMemAddressReserve", (void **)&nv_cu.mem_reserve);
-	r |= nv_resolve("cuMemAddressFree", (void **)&nv_cu.mem_free_va);
-	r |= nv_resolve("cuMemRelease", (void **)&nv_cu.mem_release);
-	r |= nv_resolve("cuMemGetAllocationGranularity",
-		     (void **)&nv_cu.mem_granularity);
-	r |= nv_resolve("cuMemGetAddressRange", (void **)&nv_cu.mem_range);
-	r |= nv_resolve("cuDeviceGetAttribute", (void **)&nv_cu.dev_attr);
-	r |= nv_resolve("cuStreamWriteValue64", (void **)&nv_cu.write_value64);
-	return r != 0 ? -ENOTSUP : 0;
-}
-
-/* ---- devices ---- */
 
 static int
 dev_numa(int d)
@@ -65,10 +43,8 @@ dev_numa(int d)
 	FILE *f;
 	int n = -1;
 
-	if (cudaDeviceGetPCIBusId(bus, sizeof(bus), d) != cudaSuccess)
+	if (dev_pci(d, bus, sizeof(bus)) < 0)
 		return -1;
-	for (char *c = bus; *c; c++)
-		*c = (char)(*c >= 'A' && *c <= 'F' ? *c - 'A' + 'a' : *c);
 	snprintf(path, sizeof(path), "/sys/bus/pci/devices/%s/numa_node", bus);
 	f = fopen(path, "r");
 	if (f != NULL) {
@@ -79,77 +55,114 @@ dev_numa(int d)
 	return n;
 }
 
-/* Control paths run on application threads: leave their current device
- * as it was. */
-int
-nv_dev_save(void)
+/* Facts of device i, its primary context and its kernels. */
+static int
+dev_init(int i)
 {
-	int d = 0;
+	struct nv_dev *d = &nv_sys.dev[i];
+	CUuuid uuid;
+	CUresult r;
+	int ret;
 
-	if (cudaGetDevice(&d) != cudaSuccess)
-		cudaGetLastError();
-	return d;
+	r = nv_cu.cuDeviceGet(&d->cu, i);
+	if (r == CUDA_SUCCESS)
+		r = nv_cu.cuDeviceGetUuid(&uuid, d->cu);
+	if (r == CUDA_SUCCESS)
+		r = nv_cu.cuDeviceGetAttribute(&d->sms,
+			CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, d->cu);
+	if (r == CUDA_SUCCESS)
+		r = nv_cu.cuDevicePrimaryCtxRetain(&d->ctx, d->cu);
+	if (r != CUDA_SUCCESS) {
+		NV_LOG(ERR, "cuda:%d: %s", i, nv_err(r));
+		return -EIO;
+	}
+	memcpy(d->uuid, uuid.bytes, 16);
+	d->numa = dev_numa(i);
+	if (nv_cu.cuDeviceGetAttribute(&d->fabric,
+			CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_FABRIC_SUPPORTED,
+			d->cu) != CUDA_SUCCESS)
+		d->fabric = 0;
+	if (nv_ctx_push(i) < 0)
+		return -EIO;
+	ret = nv_kernels_load(i);
+	nv_ctx_pop();
+	return ret;
+}
+
+/* Let each device reach the others' memory (NVLink or PCIe P2P). */
+static void
+peers_enable(void)
+{
+	int i, j, can;
+	CUresult r;
+
+	for (i = 0; i < nv_sys.ndev; i++) {
+		if (nv_ctx_push(i) < 0)
+			continue;
+		for (j = 0; j < nv_sys.ndev; j++) {
+			can = 0;
+			if (j == i || nv_cu.cuDeviceCanAccessPeer(&can,
+					nv_sys.dev[i].cu, nv_sys.dev[j].cu) !=
+			    CUDA_SUCCESS || !can)
+				continue;
+			r = nv_cu.cuCtxEnablePeerAccess(nv_sys.dev[j].ctx, 0);
+			if (r != CUDA_SUCCESS &&
+			    r != CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED)
+				NV_LOG(WARNING, "cuda:%d cannot reach cuda:%d: %s",
+				       i, j, nv_err(r));
+		}
+		nv_ctx_pop();
+	}
 }
 
 int
 nv_devices_init(void)
 {
-	struct cudaDeviceProp prop;
-	cudaError_t e;
-	int i, j, can, v = 0, old;
+	static int tried;
+	int i, n = 0, v = 0;
 
-	if (nv_sys.ready)
+	/* Once per process: the answer does not change. */
+	if (nv_sys.ready || tried)
 		return nv_sys.ndev;
-	e = cudaGetDeviceCount(&nv_sys.ndev);
-	if (e != cudaSuccess) {
-		NV_LOG(INFO, "no usable CUDA device (%s): no GPU memory",
-		       cudaGetErrorString(e));
-		nv_sys.ndev = 0;
+	tried = 1;
+	nv_sys.ndev = 0;
+	if (nv_driver_load(nv_sys.why, sizeof(nv_sys.why)) < 0)
+		return 0;
+	if (nv_cu.cuDeviceGetCount(&n) != CUDA_SUCCESS || n == 0) {
+		snprintf(nv_sys.why, sizeof(nv_sys.why), "no CUDA device");
 		return 0;
 	}
-	if (resolve_all() < 0) {
-		NV_LOG(ERR, "CUDA driver lacks the virtual memory API: no GPU memory");
-		nv_sys.ndev = 0;
-		return 0;
-	}
-	nv_sys.ndev = RTE_MIN(nv_sys.ndev, NV_MAX_DEV);
-	old = nv_dev_save();
-	for (i = 0; i < nv_sys.ndev; i++) {
-		cudaGetDeviceProperties(&prop, i);
-		memcpy(nv_sys.dev[i].uuid, &prop.uuid, 16);
-		nv_sys.dev[i].sms = prop.multiProcessorCount;
-		nv_sys.dev[i].numa = dev_numa(i);
-		nv_cu.dev_attr(&nv_sys.dev[i].fabric,
-			    CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_FABRIC_SUPPORTED, i);
-		cudaSetDevice(i);
-		for (j = 0; j < nv_sys.ndev; j++) {
-			if (j == i)
-				continue;
-			cudaDeviceCanAccessPeer(&can, i, j);
-			if (can && cudaDeviceEnablePeerAccess(j, 0) != cudaSuccess)
-				cudaGetLastError();	/* already enabled */
+	n = RTE_MIN(n, NV_MAX_DEV);
+	for (i = 0; i < n; i++)
+		if (dev_init(i) < 0) {
+			snprintf(nv_sys.why, sizeof(nv_sys.why),
+				 "cuda:%d does not start", i);
+			return 0;
 		}
-	}
-	cudaSetDevice(old);
-	cudaDeviceGetAttribute(&v, cudaDevAttrCanUseHostPointerForRegisteredMem, 0);
+	nv_sys.ndev = n;
+	peers_enable();
+	nv_cu.cuDeviceGetAttribute(&v,
+		CU_DEVICE_ATTRIBUTE_CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM,
+		nv_sys.dev[0].cu);
 	nv_sys.host_ptr_ok = v;
 	nv_sys.ready = 1;
-	return nv_sys.ndev;
+	return n;
 }
 
 /* Device-accessible address of registered host memory. */
 uint64_t
 nv_host_dptr(void *p)
 {
-	void *d = NULL;
+	CUdeviceptr d = 0;
+	CUresult r;
 
 	if (nv_sys.host_ptr_ok)
 		return (uintptr_t)p;
-	if (cudaHostGetDevicePointer(&d, p, 0) != cudaSuccess) {
-		cudaGetLastError();
+	if (nv_ctx_push(0) < 0)
 		return 0;
-	}
-	return (uintptr_t)d;
+	r = nv_cu.cuMemHostGetDevicePointer(&d, p, 0);
+	nv_ctx_pop();
+	return r == CUDA_SUCCESS ? d : 0;
 }
 
 /* ---- allocations (kvt_mem_alloc) ---- */
@@ -179,22 +192,19 @@ nv_map_all_devices(CUdeviceptr va, size_t size)
 		acc[i].location.id = i;
 		acc[i].flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
 	}
-	return nv_cu.mem_set_access(va, size, acc, (size_t)nv_sys.ndev) == CUDA_SUCCESS ?
-		0 : -EIO;
+	return nv_cu.cuMemSetAccess(va, size, acc, (size_t)nv_sys.ndev) ==
+		CUDA_SUCCESS ? 0 : -EIO;
 }
 
+/* cuMemCreate memory, mapped where every device reaches it, exported. */
 static int
-nv_mem_alloc(const struct kvt_loc *loc, size_t len, void **addr)
+vmm_alloc(const struct kvt_loc *loc, size_t len, void **addr)
 {
 	CUmemAllocationProp prop;
 	struct nv_alloc *a;
 	size_t gran = 0;
 	CUresult r;
 
-	if (loc->type != KVT_LOC_CUDA)
-		return -ENOTSUP;
-	if (loc->id >= nv_sys.ndev)
-		return -ENODEV;
 	a = calloc(1, sizeof(*a));
 	if (a == NULL)
 		return -ENOMEM;
@@ -205,32 +215,33 @@ nv_mem_alloc(const struct kvt_loc *loc, size_t len, void **addr)
 	prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
 	if (nv_sys.dev[loc->id].fabric)
 		prop.requestedHandleTypes |= CU_MEM_HANDLE_TYPE_FABRIC;
-	nv_cu.mem_granularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED);
+	nv_cu.cuMemGetAllocationGranularity(&gran, &prop,
+					    CU_MEM_ALLOC_GRANULARITY_RECOMMENDED);
 	a->size = RTE_ALIGN_CEIL(len, RTE_MAX(gran, (size_t)(2 << 20)));
 	a->dev = loc->id;
 	a->fd = -1;
-	r = nv_cu.mem_create(&a->h, a->size, &prop, 0);
+	r = nv_cu.cuMemCreate(&a->h, a->size, &prop, 0);
 	if (r != CUDA_SUCCESS && nv_sys.dev[loc->id].fabric) {
 		/* Fabric needs IMEX channels the system may not have. */
 		prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
-		r = nv_cu.mem_create(&a->h, a->size, &prop, 0);
+		r = nv_cu.cuMemCreate(&a->h, a->size, &prop, 0);
 	}
 	if (r != CUDA_SUCCESS) {
-		NV_LOG(ERR, "cuMemCreate %zu bytes on cuda:%d: error %d", a->size,
-		       loc->id, r);
+		NV_LOG(ERR, "cuMemCreate %zu bytes on cuda:%d: %s", a->size,
+		       loc->id, nv_err(r));
 		free(a);
 		return r == CUDA_ERROR_OUT_OF_MEMORY ? -ENOMEM : -EIO;
 	}
 	if ((prop.requestedHandleTypes & CU_MEM_HANDLE_TYPE_FABRIC) &&
-	    nv_cu.mem_export(&a->fabric, a->h, CU_MEM_HANDLE_TYPE_FABRIC, 0) ==
-	    CUDA_SUCCESS)
+	    nv_cu.cuMemExportToShareableHandle(&a->fabric, a->h,
+			CU_MEM_HANDLE_TYPE_FABRIC, 0) == CUDA_SUCCESS)
 		a->has_fabric = 1;
-	if (nv_cu.mem_export(&a->fd, a->h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
-			  0) != CUDA_SUCCESS)
+	if (nv_cu.cuMemExportToShareableHandle(&a->fd, a->h,
+			CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0) != CUDA_SUCCESS)
 		a->fd = -1;
-	if (nv_cu.mem_reserve(&a->va, a->size, 0, 0, 0) != CUDA_SUCCESS)
+	if (nv_cu.cuMemAddressReserve(&a->va, a->size, 0, 0, 0) != CUDA_SUCCESS)
 		goto release;
-	if (nv_cu.mem_map(a->va, a->size, 0, a->h, 0) != CUDA_SUCCESS)
+	if (nv_cu.cuMemMap(a->va, a->size, 0, a->h, 0) != CUDA_SUCCESS)
 		goto free_va;
 	if (nv_map_all_devices(a->va, a->size) < 0)
 		goto unmap;
@@ -242,15 +253,44 @@ nv_mem_alloc(const struct kvt_loc *loc, size_t len, void **addr)
 	return 0;
 
 unmap:
-	nv_cu.mem_unmap(a->va, a->size);
+	nv_cu.cuMemUnmap(a->va, a->size);
 free_va:
-	nv_cu.mem_free_va(a->va, a->size);
+	nv_cu.cuMemAddressFree(a->va, a->size);
 release:
 	if (a->fd >= 0)
 		close(a->fd);
-	nv_cu.mem_release(a->h);
+	nv_cu.cuMemRelease(a->h);
 	free(a);
 	return -EIO;
+}
+
+static int
+nv_mem_alloc(const struct kvt_loc *loc, size_t len, void **addr)
+{
+	int ret;
+
+	if (loc->type != KVT_LOC_CUDA)
+		return -ENOTSUP;
+	if (loc->id >= nv_sys.ndev)
+		return -ENODEV;
+	if (nv_ctx_push(loc->id) < 0)
+		return -EIO;
+	ret = vmm_alloc(loc, len, addr);
+	nv_ctx_pop();
+	return ret;
+}
+
+/* Let the work of every device that may touch memory about to go end. */
+static void
+devices_sync(void)
+{
+	int i;
+
+	for (i = 0; i < nv_sys.ndev; i++)
+		if (nv_ctx_push(i) == 0) {
+			nv_cu.cuCtxSynchronize();
+			nv_ctx_pop();
+		}
 }
 
 static int
@@ -270,108 +310,148 @@ nv_mem_free(const struct kvt_loc *loc, void *addr, size_t len)
 	pthread_mutex_unlock(&nv_lock);
 	if (a == NULL)
 		return -EINVAL;
-	cudaDeviceSynchronize();
-	nv_cu.mem_unmap(a->va, a->size);
-	nv_cu.mem_free_va(a->va, a->size);
-	nv_cu.mem_release(a->h);
+	devices_sync();
+	nv_cu.cuMemUnmap(a->va, a->size);
+	nv_cu.cuMemAddressFree(a->va, a->size);
+	nv_cu.cuMemRelease(a->h);
 	if (a->fd >= 0)
 		close(a->fd);
 	free(a);
 	return 0;
 }
 
+/*
+ * What the driver knows of an address: its memory type (0 for memory it
+ * does not know) and, for device memory, the local index of its device.
+ * Managed memory counts as unknown: kvt moves it as host memory does.
+ */
+static unsigned int
+ptr_type(const void *addr, int *dev)
+{
+	CUpointer_attribute which[] = { CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+		CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+		CU_POINTER_ATTRIBUTE_IS_MANAGED };
+	unsigned int type = 0, managed = 0;
+	int ordinal = -1, i;
+	void *out[] = { &type, &ordinal, &managed };
+
+	if (nv_cu.cuPointerGetAttributes(RTE_DIM(which), which, out,
+			(CUdeviceptr)(uintptr_t)addr) != CUDA_SUCCESS || managed)
+		return 0;
+	*dev = -1;
+	for (i = 0; i < nv_sys.ndev; i++)
+		if (nv_sys.dev[i].cu == ordinal)
+			*dev = i;
+	return type;
+}
+
 static int
 nv_mem_locate(const void *addr, struct kvt_loc *loc)
 {
-	struct cudaPointerAttributes at;
+	int dev = -1;
 
 	if (!nv_sys.ready || nv_sys.ndev == 0)
 		return -ENOTSUP;
-	if (cudaPointerGetAttributes(&at, addr) != cudaSuccess) {
-		cudaGetLastError();
-		return -ENOTSUP;
-	}
-	if (at.type != cudaMemoryTypeDevice)
+	if (ptr_type(addr, &dev) != CU_MEMORYTYPE_DEVICE || dev < 0)
 		return -ENOTSUP;
 	loc->type = KVT_LOC_CUDA;
-	loc->id = (int16_t)at.device;
+	loc->id = (int16_t)dev;
 	return 0;
 }
 
 static int
 nv_host_register(void *addr, size_t len)
 {
+	CUresult r;
+
 	if (!nv_sys.ready || nv_sys.ndev == 0)
 		return 0;
-	if (cudaHostRegister(addr, len, cudaHostRegisterMapped |
-			     cudaHostRegisterPortable) != cudaSuccess) {
-		cudaGetLastError();
+	if (nv_ctx_push(0) < 0)
 		return -EIO;
-	}
-	return 0;
+	r = nv_cu.cuMemHostRegister(addr, len, CU_MEMHOSTREGISTER_PORTABLE |
+				    CU_MEMHOSTREGISTER_DEVICEMAP);
+	nv_ctx_pop();
+	return r == CUDA_SUCCESS ? 0 : -EIO;
 }
 
 static void
 nv_host_unregister(void *addr)
 {
-	if (nv_sys.ready && nv_sys.ndev > 0 && cudaHostUnregister(addr) != cudaSuccess)
-		cudaGetLastError();
+	if (!nv_sys.ready || nv_sys.ndev == 0 || nv_ctx_push(0) < 0)
+		return;
+	nv_cu.cuMemHostUnregister(addr);
+	nv_ctx_pop();
 }
 
 static int
 nv_dev_copy(void *dst, const void *src, size_t len)
 {
+	CUresult r;
+
 	if (!nv_sys.ready || nv_sys.ndev == 0)
 		return -ENOTSUP;
-	if (cudaMemcpy(dst, src, len, cudaMemcpyDefault) != cudaSuccess) {
-		cudaGetLastError();
+	if (nv_ctx_push(0) < 0)
 		return -EIO;
-	}
-	return 0;
+	r = nv_cu.cuMemcpy((CUdeviceptr)(uintptr_t)dst,
+			   (CUdeviceptr)(uintptr_t)src, len);
+	nv_ctx_pop();
+	return r == CUDA_SUCCESS ? 0 : -EIO;
+}
+
+/* The local index of the device a stream (NULL: the thread's default
+ * stream) runs on, -1 if it is none of the primary contexts'. */
+static int
+stream_dev(CUstream st)
+{
+	CUcontext ctx = NULL;
+	int i;
+
+	if (st != NULL ? nv_cu.cuStreamGetCtx(st, &ctx) != CUDA_SUCCESS :
+	    nv_cu.cuCtxGetCurrent(&ctx) != CUDA_SUCCESS)
+		return -1;
+	if (st == NULL && ctx == NULL)
+		return 0;	/* the runtime would use device 0 */
+	for (i = 0; i < nv_sys.ndev; i++)
+		if (nv_sys.dev[i].ctx == ctx)
+			return i;
+	return -1;
 }
 
 static int
 nv_stream_wait(const uint64_t *word, uint64_t room, uint64_t timeout_ns,
 	       uint32_t *status, void *stream)
 {
-	struct cudaPointerAttributes at;
-	const uint64_t *w = word;
+	uint64_t w = (uintptr_t)word;
+	int dev = -1, ret;
 
 	if (!nv_sys.ready || nv_sys.ndev == 0)
 		return -ENOTSUP;
 	/* Host tables are registered; the kernel needs their device view. */
-	if (cudaPointerGetAttributes(&at, word) == cudaSuccess &&
-	    at.type == cudaMemoryTypeHost)
-		w = (const uint64_t *)(uintptr_t)nv_host_dptr((void *)(uintptr_t)word);
-	cudaGetLastError();
-	return kvt_nv_fence_wait(w, room, timeout_ns, status, stream) == 0 ?
-		0 : -EIO;
+	if (ptr_type(word, &dev) == CU_MEMORYTYPE_HOST)
+		w = nv_host_dptr((void *)(uintptr_t)word);
+	dev = stream_dev(stream);
+	if (dev < 0 || w == 0)
+		return -EINVAL;
+	if (nv_ctx_push(dev) < 0)
+		return -EIO;
+	ret = nv_launch_fence_wait(dev, w, room, timeout_ns,
+				   (uintptr_t)status, stream);
+	nv_ctx_pop();
+	return ret;
 }
 
 static int
 nv_dev_count(void)
 {
-	int n = 0;
-
-	if (cudaGetDeviceCount(&n) != cudaSuccess) {
-		cudaGetLastError();
-		return 0;
-	}
-	return n;
+	return nv_devices_init();
 }
 
 static int
 nv_dev_pci(int dev, char *pci, size_t len)
 {
-	char *c;
-
-	if (cudaDeviceGetPCIBusId(pci, (int)len, dev) != cudaSuccess) {
-		cudaGetLastError();
+	if (!nv_sys.ready || dev < 0 || dev >= nv_sys.ndev)
 		return -ENODEV;
-	}
-	for (c = pci; *c != '\0'; c++)
-		*c = (char)(*c >= 'A' && *c <= 'F' ? *c - 'A' + 'a' : *c);
-	return 0;
+	return dev_pci(dev, pci, len);
 }
 
 /*
@@ -381,25 +461,16 @@ nv_dev_pci(int dev, char *pci, size_t len)
 static int
 nv_mem_dmabuf(const void *addr, size_t len, int *fd, uint64_t *off)
 {
-	static CUresult (*get_handle)(void *, CUdeviceptr, size_t,
-				      CUmemRangeHandleType, unsigned long long);
-	struct cudaPointerAttributes at;
 	uintptr_t a = (uintptr_t)addr, pg = (uintptr_t)sysconf(_SC_PAGESIZE);
 	uintptr_t start = a & ~(pg - 1);
 	size_t span = RTE_ALIGN_CEIL(a + len, pg) - start;
+	int dev = -1;
 	CUresult r;
 
-	if (cudaPointerGetAttributes(&at, addr) != cudaSuccess) {
-		cudaGetLastError();
+	if (!nv_sys.ready || ptr_type(addr, &dev) != CU_MEMORYTYPE_DEVICE)
 		return -ENOTSUP;
-	}
-	if (at.type != cudaMemoryTypeDevice)
-		return -ENOTSUP;
-	if (get_handle == NULL &&
-	    nv_resolve("cuMemGetHandleForAddressRange", (void **)&get_handle) < 0)
-		return -ENOTSUP;
-	r = get_handle(fd, (CUdeviceptr)start, span,
-		       CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD, 0);
+	r = nv_cu.cuMemGetHandleForAddressRange(fd, (CUdeviceptr)start, span,
+			CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD, 0);
 	if (r == CUDA_ERROR_NOT_SUPPORTED || r == CUDA_ERROR_INVALID_VALUE)
 		return -ENOTSUP;
 	if (r != CUDA_SUCCESS)

@@ -3,7 +3,7 @@
  * nvlink region keys and imports.  A region of kvt_mem_alloc() memory is
  * exported as its allocation's fabric handle or POSIX fd (the peer
  * duplicates the fd with pidfd_getfd); other device memory (cudaMalloc,
- * a framework's allocator) as a legacy CUDA IPC handle; host fence tables
+ * a framework's allocator) as a legacy CUDA IPC handle (cuIpc*); host fence tables
  * as their memfd, which the importer maps and registers with CUDA so the
  * GPU can store fences there.
  */
@@ -30,6 +30,22 @@ nv_dev_by_uuid(const uint8_t *uuid)
 
 /* ---- region keys ---- */
 
+/* A legacy IPC handle of the allocation addr lies in, and its extent. */
+static int
+ipc_export(int dev, const void *addr, CUipcMemHandle *h, CUdeviceptr *base,
+	   size_t *size)
+{
+	CUresult r;
+
+	if (nv_ctx_push(dev) < 0)
+		return -EIO;
+	r = nv_cu.cuMemGetAddressRange(base, size, (CUdeviceptr)(uintptr_t)addr);
+	if (r == CUDA_SUCCESS)
+		r = nv_cu.cuIpcGetMemHandle(h, *base);
+	nv_ctx_pop();
+	return r == CUDA_SUCCESS ? 0 : -EINVAL;
+}
+
 int
 nv_mem_register(struct kvt_port *port, struct kvt_lmem *m)
 {
@@ -37,7 +53,7 @@ nv_mem_register(struct kvt_port *port, struct kvt_lmem *m)
 	struct nv_alloc *a;
 	CUdeviceptr base = 0;
 	size_t size = 0;
-	cudaIpcMemHandle_t ipc;
+	CUipcMemHandle ipc;
 
 	/* Host memory: only fence tables, which the GPU writes into. */
 	if (m->loc.type == KVT_LOC_CPU)
@@ -70,11 +86,7 @@ nv_mem_register(struct kvt_port *port, struct kvt_lmem *m)
 	if (a == NULL) {
 		/* cudaMalloc-style memory: a legacy IPC handle of its
 		 * allocation. */
-		if (nv_cu.mem_range(&base, &size, (CUdeviceptr)(uintptr_t)m->addr) !=
-		    CUDA_SUCCESS ||
-		    cudaIpcGetMemHandle(&ipc, (void *)(uintptr_t)base) !=
-		    cudaSuccess) {
-			cudaGetLastError();
+		if (ipc_export(k->dev, m->addr, &ipc, &base, &size) < 0) {
 			NV_LOG(ERR, "register %p: not device memory CUDA can export (cudaMalloc or kvt_mem_alloc memory needed)",
 			       m->addr);
 			free(k);
@@ -112,7 +124,7 @@ nv_mem_export(struct kvt_port *port, const struct kvt_lmem *m,
 	return kvt_buf_put(key, &l->key, sizeof(l->key));
 }
 
-/* ---- imports ---- */
+/* ---- imports (the device's context is current) ---- */
 
 static int
 dup_peer_fd(uint32_t pid, int fd)
@@ -137,7 +149,8 @@ import_vmm(struct nv_rmem *r, const struct nv_key *k)
 
 	if (k->kind == NV_KEY_FABRIC) {
 		memcpy(&fh, k->handle, sizeof(fh));
-		cr = nv_cu.mem_import(&r->h, &fh, CU_MEM_HANDLE_TYPE_FABRIC);
+		cr = nv_cu.cuMemImportFromShareableHandle(&r->h, &fh,
+				CU_MEM_HANDLE_TYPE_FABRIC);
 	} else {
 		fd = dup_peer_fd(k->pid, k->fd);
 		if (fd < 0) {
@@ -146,18 +159,19 @@ import_vmm(struct nv_rmem *r, const struct nv_key *k)
 			return fd;
 		}
 		os = (void *)(uintptr_t)fd;
-		cr = nv_cu.mem_import(&r->h, os, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+		cr = nv_cu.cuMemImportFromShareableHandle(&r->h, os,
+				CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
 	}
 	if (fd >= 0)
 		close(fd);
 	if (cr != CUDA_SUCCESS) {
-		NV_LOG(ERR, "cuMemImportFromShareableHandle: error %d", cr);
+		NV_LOG(ERR, "cuMemImportFromShareableHandle: %s", nv_err(cr));
 		return -EIO;
 	}
 	r->size = k->size;
-	if (nv_cu.mem_reserve(&r->va, r->size, 0, 0, 0) != CUDA_SUCCESS)
+	if (nv_cu.cuMemAddressReserve(&r->va, r->size, 0, 0, 0) != CUDA_SUCCESS)
 		goto release;
-	if (nv_cu.mem_map(r->va, r->size, 0, r->h, 0) != CUDA_SUCCESS)
+	if (nv_cu.cuMemMap(r->va, r->size, 0, r->h, 0) != CUDA_SUCCESS)
 		goto free_va;
 	ret = nv_map_all_devices(r->va, r->size);
 	if (ret < 0)
@@ -166,32 +180,28 @@ import_vmm(struct nv_rmem *r, const struct nv_key *k)
 	return 0;
 
 unmap:
-	nv_cu.mem_unmap(r->va, r->size);
+	nv_cu.cuMemUnmap(r->va, r->size);
 free_va:
-	nv_cu.mem_free_va(r->va, r->size);
+	nv_cu.cuMemAddressFree(r->va, r->size);
 release:
-	nv_cu.mem_release(r->h);
+	nv_cu.cuMemRelease(r->h);
 	return ret;
 }
 
 static int
 import_ipc(struct nv_rmem *r, const struct nv_key *k)
 {
-	cudaIpcMemHandle_t h;
-
-	int old = nv_dev_save();
-	cudaError_t e;
+	CUipcMemHandle h;
+	CUresult e;
 
 	memcpy(&h, k->handle, sizeof(h));
-	cudaSetDevice(r->dev);
-	e = cudaIpcOpenMemHandle(&r->ipc_base, h, cudaIpcMemLazyEnablePeerAccess);
-	cudaSetDevice(old);
-	if (e != cudaSuccess) {
-		NV_LOG(ERR, "cudaIpcOpenMemHandle: %s", cudaGetErrorString(e));
-		cudaGetLastError();
+	e = nv_cu.cuIpcOpenMemHandle(&r->ipc_base, h,
+				     CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS);
+	if (e != CUDA_SUCCESS) {
+		NV_LOG(ERR, "cuIpcOpenMemHandle: %s", nv_err(e));
 		return -EIO;
 	}
-	r->base = (uint8_t *)r->ipc_base + k->off;
+	r->base = (uint8_t *)(uintptr_t)r->ipc_base + k->off;
 	return 0;
 }
 
@@ -199,12 +209,17 @@ static int
 import_host(struct nv_rmem *r, const struct nv_key *k)
 {
 	int ret = kvt_memfd_map(&k->host, PROT_READ | PROT_WRITE, &r->host);
+	CUresult e = CUDA_ERROR_INVALID_CONTEXT;
 
 	if (ret < 0)
 		return ret;
-	if (cudaHostRegister(r->host.map, r->host.len, cudaHostRegisterMapped |
-			     cudaHostRegisterPortable) != cudaSuccess) {
-		cudaGetLastError();
+	if (nv_ctx_push(0) == 0) {
+		e = nv_cu.cuMemHostRegister(r->host.map, r->host.len,
+					    CU_MEMHOSTREGISTER_PORTABLE |
+					    CU_MEMHOSTREGISTER_DEVICEMAP);
+		nv_ctx_pop();
+	}
+	if (e != CUDA_SUCCESS) {
 		kvt_map_release(&r->host);
 		return -EIO;
 	}
@@ -243,8 +258,13 @@ nv_rmem_import(struct kvt_conn *c, struct kvt_rmem *rm, const uint8_t *key,
 			free(r);
 			return -ENOTSUP;	/* a GPU we cannot see */
 		}
+		if (nv_ctx_push(r->dev) < 0) {
+			free(r);
+			return -EIO;
+		}
 		ret = k.kind == NV_KEY_IPC ? import_ipc(r, &k) :
 			import_vmm(r, &k);
+		nv_ctx_pop();
 	}
 	if (ret < 0) {
 		free(r);
@@ -261,17 +281,21 @@ nv_rmem_release(struct kvt_conn *c, struct kvt_rmem *rm)
 
 	if (r == NULL)
 		return;
+	if (nv_ctx_push(r->dev >= 0 ? r->dev : 0) < 0)
+		goto out;
 	if (r->kind == NV_KEY_HOST) {
-		cudaHostUnregister(r->host.map);
-		kvt_map_release(&r->host);
+		nv_cu.cuMemHostUnregister(r->host.map);
 	} else if (r->kind == NV_KEY_IPC) {
-		cudaIpcCloseMemHandle(r->ipc_base);
+		nv_cu.cuIpcCloseMemHandle(r->ipc_base);
 	} else {
-		nv_cu.mem_unmap(r->va, r->size);
-		nv_cu.mem_free_va(r->va, r->size);
-		nv_cu.mem_release(r->h);
+		nv_cu.cuMemUnmap(r->va, r->size);
+		nv_cu.cuMemAddressFree(r->va, r->size);
+		nv_cu.cuMemRelease(r->h);
 	}
-	cudaGetLastError();
+	nv_ctx_pop();
+out:
+	if (r->kind == NV_KEY_HOST)
+		kvt_map_release(&r->host);
 	free(r);
 	rm->key[c->port->id] = NULL;
 }

@@ -16,16 +16,6 @@
 
 #include "nvlink.h"
 
-/* The lcore switches devices often; skip the call when it is current. */
-static void
-use_dev(int d)
-{
-	static __thread int cur = -1;
-
-	if (d != cur && cudaSetDevice(d) == cudaSuccess)
-		cur = d;
-}
-
 /* ---- data path ---- */
 
 /* Free ring space up to the last finished ticket. */
@@ -71,7 +61,7 @@ ring_take(struct nv_lane *l, uint32_t n)
  * works unchanged.  Stream work on the lane (a big request, a source
  * event) first sends the kernel an exit command, so stream order keeps
  * the two apart; after res_idle without a command the lcore sends one
- * too, so an idle engine holds no SM and a cudaDeviceSynchronize() in the
+ * too, so an idle engine holds no SM and a cuCtxSynchronize() in the
  * application waits at most that long for it.
  */
 static int
@@ -102,9 +92,8 @@ res_post(struct nv_lane *l, uint64_t src, uint64_t dst, uint64_t len,
 static int
 res_start(struct nv_port *np, struct nv_lane *l)
 {
-	use_dev(l->dev);
-	if (kvt_nv_resident((const struct kvt_nv_cmd *)(uintptr_t)l->cmds_d,
-			    NV_TICKETS, l->ticket + 1, l->progress_d, l->st) != 0)
+	nv_use(l->dev);
+	if (nv_launch_resident(l, l->ticket + 1) < 0)
 		return -EIO;
 	l->resident = 1;
 	np->nres++;
@@ -241,8 +230,9 @@ plan_add(struct nv_port *np, struct nv_plan *p, struct nv_lane *l, void *event)
 		p->primary = l;
 	if (event == NULL)
 		return 0;
-	use_dev(l->dev);
-	return cudaStreamWaitEvent(l->st, event, 0) == cudaSuccess ? 0 : -EIO;
+	nv_use(l->dev);
+	return nv_cu.cuStreamWaitEvent(l->st, (CUevent)event, 0) == CUDA_SUCCESS ?
+		0 : -EIO;
 }
 
 /* One copy: the copy engines for a big one or one off the primary lane,
@@ -254,9 +244,8 @@ copy_add(struct nv_port *np, const struct nv_plan *plan, struct nv_lane *l,
 	struct kvt_nv_task *t;
 
 	if (len >= NV_CE_MIN || l != plan->primary) {
-		use_dev(l->dev);
-		return cudaMemcpyAsync((void *)dst, (const void *)src, len,
-				       cudaMemcpyDefault, l->st) != cudaSuccess ?
+		nv_use(l->dev);
+		return nv_cu.cuMemcpyAsync(dst, src, len, l->st) != CUDA_SUCCESS ?
 			-EIO : 0;
 	}
 	if (*ntask == np->scratch_cap) {
@@ -352,27 +341,28 @@ static int
 launch(struct nv_port *np, struct nv_lane *l, uint32_t ntask,
        struct kvt_nv_tail *tail)
 {
-	struct kvt_nv_task *t, *dt;
+	struct kvt_nv_task *t;
 	struct kvt_nv_tail tl;
 	uint32_t off = 0, n;
 	unsigned int blocks;
+	CUdeviceptr dt;
 
-	use_dev(l->dev);
+	nv_use(l->dev);
 	do {
 		n = RTE_MIN(ntask - off, (uint32_t)NV_RING / 2);
 		/* A few tasks ride in the launch; more are copied to the
 		 * device first (one copy-engine transfer, not a PCIe read
 		 * per task). */
-		dt = NULL;
+		dt = 0;
 		t = ring_take(l, n <= KVT_NV_INLINE ? 0 : n);
 		if (t == NULL)
 			return -ETIMEDOUT;
 		if (n > KVT_NV_INLINE) {
 			memcpy(t, np->scratch + off, (size_t)n * sizeof(*t));
-			dt = l->dring + (t - l->ring);
-			if (cudaMemcpyAsync(dt, t, (size_t)n * sizeof(*t),
-					    cudaMemcpyHostToDevice, l->st) !=
-			    cudaSuccess)
+			dt = l->dring + (uintptr_t)(t - l->ring) * sizeof(*t);
+			if (nv_cu.cuMemcpyAsync(dt, (uintptr_t)t,
+						(size_t)n * sizeof(*t), l->st) !=
+			    CUDA_SUCCESS)
 				return -EIO;
 		}
 		tl = off + n == ntask ? *tail : (struct kvt_nv_tail){ 0 };
@@ -380,10 +370,11 @@ launch(struct nv_port *np, struct nv_lane *l, uint32_t ntask,
 		l->ring_end[l->ticket % NV_TICKETS] = l->head;
 		tl.progress = l->progress_d;
 		tl.ticket = l->ticket;
-		tl.counter = (uintptr_t)&l->counters[l->ticket % NV_TICKETS];
+		tl.counter = l->counters +
+			(l->ticket % NV_TICKETS) * sizeof(unsigned int);
 		blocks = RTE_MAX(1u, RTE_MIN(np->blocks, (n + 15) / 16));
-		if (kvt_nv_gather(dt, n, np->scratch + off, &tl, blocks,
-				  l->st) != 0)
+		if (nv_launch_gather(l, dt, n, np->scratch + off, &tl,
+				     blocks) < 0)
 			return -EIO;
 		off += n;
 	} while (off < ntask);
@@ -400,20 +391,20 @@ static int
 tiny(struct nv_port *np, struct nv_lane *l, struct kvt_nv_tail *tail)
 {
 	const struct kvt_nv_task *t = &np->scratch[0];
-	CUstream st = (CUstream)l->st;
+	CUstream st = l->st;
 
-	use_dev(l->dev);
+	nv_use(l->dev);
 	if (ring_take(l, 0) == NULL)
 		return -ETIMEDOUT;
-	if (cudaMemcpyAsync((void *)t->dst, (const void *)t->src, t->len,
-			    cudaMemcpyDefault, l->st) != cudaSuccess)
+	if (nv_cu.cuMemcpyAsync(t->dst, t->src, t->len, l->st) != CUDA_SUCCESS)
 		return -EIO;
 	l->ticket++;
 	l->ring_end[l->ticket % NV_TICKETS] = l->head;
 	tail->ticket = l->ticket;
-	if ((tail->fence && nv_cu.write_value64(st, tail->fence, tail->room, 0)) ||
-	    (tail->done && nv_cu.write_value64(st, tail->done, 1, 0)) ||
-	    nv_cu.write_value64(st, l->progress_d, l->ticket, 0))
+	if ((tail->fence &&
+	     nv_cu.cuStreamWriteValue64(st, tail->fence, tail->room, 0)) ||
+	    (tail->done && nv_cu.cuStreamWriteValue64(st, tail->done, 1, 0)) ||
+	    nv_cu.cuStreamWriteValue64(st, l->progress_d, l->ticket, 0))
 		return -EIO;
 	return 0;
 }
@@ -442,10 +433,9 @@ sub_fail(struct nv_port *np, struct kvt_desc *d, int err)
 	for (s = 0; s < NV_MAX_DEV; s++)
 		for (t = 0; t < NV_MAX_DEV; t++)
 			if (np->lane[s][t] != NULL) {
-				use_dev(s);
-				cudaStreamSynchronize(np->lane[s][t]->st);
+				nv_use(s);
+				nv_cu.cuStreamSynchronize(np->lane[s][t]->st);
 			}
-	cudaGetLastError();
 	kvt_subinfo_fail(si, err);
 	__atomic_store_n(si->done, 1, __ATOMIC_RELEASE);
 }
@@ -473,11 +463,11 @@ issue_sub(struct kvt_port *port, struct kvt_desc *d)
 	}
 	/* Copies on other lanes finish before the tail kernel runs. */
 	for (i = 1; i < plan.nlanes; i++) {
-		use_dev(plan.lanes[i]->dev);
-		if (cudaEventRecord(plan.lanes[i]->join, plan.lanes[i]->st) !=
-		    cudaSuccess ||
-		    cudaStreamWaitEvent(plan.primary->st, plan.lanes[i]->join, 0) !=
-		    cudaSuccess) {
+		nv_use(plan.lanes[i]->dev);
+		if (nv_cu.cuEventRecord(plan.lanes[i]->join, plan.lanes[i]->st) !=
+		    CUDA_SUCCESS ||
+		    nv_cu.cuStreamWaitEvent(plan.primary->st, plan.lanes[i]->join,
+					    0) != CUDA_SUCCESS) {
 			sub_fail(np, d, -EIO);
 			return;
 		}
