@@ -84,7 +84,8 @@ submit_fenced(struct shared *sh, struct kvt_batch *b, uint8_t *src,
 {
 	const struct kvfwd_opts *o = sh->o;
 	struct kvt_xfer x = { .op = KVT_OP_WRITE, .local = src,
-			      .remote = sh->rbase + (uint64_t)c->slot * o->block,
+			      .remote = sh->rbase +
+				      (uint64_t)(c->slot - sh->slot0) * o->block,
 			      .len = o->block };
 	struct kvt_submit_opts so = { .flags = KVT_SUBMIT_FENCE,
 		.fence = { .table = sh->ftable, .slot = c->slot, .room = c->room },

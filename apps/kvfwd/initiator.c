@@ -570,12 +570,57 @@ read_reach(const struct kvfwd_opts *o, const struct shared *sh)
 	return (uint64_t)(o->threads - 1) * share + budget;
 }
 
+/*
+ * Open a session with the target: "hello", then its "ready SINKPORT
+ * [OFF LEN SLOT0]": the sink for a tcp baseline and, from a target that
+ * serves several initiators, the area of its buffer and the first fence
+ * slot that are this session's.  @return 0 or a negative errno.
+ */
+static int
+hello(struct shared *sh, struct kvfwd_result *res)
+{
+	const struct kvfwd_opts *o = sh->o;
+	unsigned long long off, len;
+	unsigned int port, slot0;
+	char text[192], addr[64];
+	int ret;
+
+	kvt_listen_addr(addr, sizeof(addr));
+	/* A baseline alone needs the target's sink, not its credits.  The
+	 * last field bounds the blocks a verified read may look at, so the
+	 * target fills those, not its whole buffer (64 Mi one-byte blocks
+	 * take an emulated guest half a minute). */
+	snprintf(text, sizeof(text), "hello %s %" PRIu64 " %s %d %" PRIu64,
+		 addr, o->block, !o->fence && !o->verify ? "sink" :
+		 o->op == KVT_OP_READ ? "read" : "write", o->verify,
+		 read_reach(o, sh));
+	ret = say(sh, text);
+	if (ret == 0)
+		ret = wait_text(sh, "ready");
+	if (ret < 0)
+		return ret;
+	switch (sscanf(sh->result, "ready %u %llu %llu %u", &port, &off, &len,
+		       &slot0)) {
+	case 4:
+		if (off + len > sh->rlen || len == 0)
+			return -EPROTO;
+		sh->rbase += off;
+		sh->rlen = len;
+		sh->slot0 = slot0;
+		/* fall through */
+	case 1:
+		res->sink_port = (uint16_t)port;
+		return 0;
+	default:
+		return -EPROTO;
+	}
+}
+
 int
 kvfwd_initiator(const struct kvfwd_opts *o, struct kvfwd_result *res)
 {
 	struct shared sh = { .o = o, .lock = PTHREAD_MUTEX_INITIALIZER };
 	struct worker *w, mw = { .sh = &sh };
-	char hello[192], addr[64];
 	uint64_t src_len;
 	unsigned int i;
 	int ret = 0, tty = isatty(1) && !o->json, session;
@@ -587,40 +632,38 @@ kvfwd_initiator(const struct kvfwd_opts *o, struct kvfwd_result *res)
 		return KVFWD_EXIT_PEER;
 	}
 	sh.po.priority = o->priority;
-	if (find_regions(&sh) == 0 && o->mixed) {
+	if (find_regions(&sh) < 0 || sh.rlen == 0) {
+		fprintf(stderr, "kvfwd: target %s exports no writable buffer\n",
+			o->peer);
+		kvt_peer_close(sh.peer);
+		return KVFWD_EXIT_PEER;
+	}
+	session = o->fence || o->verify || (o->baseline && kvfwd_uses(o, "tcp"));
+	if (session) {
+		ret = hello(&sh, res);
+		if (ret < 0) {
+			fprintf(stderr, "kvfwd: target did not answer our hello: %s\n",
+				ret == -EBUSY ? "it serves as many initiators as it can (--initiators)" :
+				strerror(-ret));
+			kvt_peer_close(sh.peer);
+			return KVFWD_EXIT_PEER;
+		}
+	}
+	if (o->mixed) {
 		/* The small writes' area: the buffer's last MiB. */
 		sh.rlen = sh.rlen > 2 * MIXED_AREA ? sh.rlen - MIXED_AREA : 0;
 		sh.mixed_base = sh.rbase + sh.rlen;
 	}
 	if (sh.rlen == 0 || check_sizes(o, &sh) < 0) {
-		if (sh.rlen == 0)
-			fprintf(stderr, "kvfwd: target %s exports no writable buffer\n",
-				o->peer);
 		kvt_peer_close(sh.peer);
-		return sh.rlen == 0 ? KVFWD_EXIT_PEER : KVFWD_EXIT_USAGE;
+		return KVFWD_EXIT_USAGE;
 	}
-	session = o->fence || o->verify || (o->baseline && kvfwd_uses(o, "tcp"));
-	if (session) {
-		kvt_listen_addr(addr, sizeof(addr));
-		/* A baseline alone needs the target's sink, not its credits.
-		 * The last field bounds the blocks a verified read may look
-		 * at, so the target fills those, not its whole buffer (64 Mi
-		 * one-byte blocks take an emulated guest half a minute). */
-		snprintf(hello, sizeof(hello), "hello %s %" PRIu64 " %s %d %" PRIu64,
-			 addr, o->block, !o->fence && !o->verify ? "sink" :
-			 o->op == KVT_OP_READ ? "read" : "write", o->verify,
-			 read_reach(o, &sh));
-		ret = say(&sh, hello);
-		if (ret == 0)
-			ret = wait_text(&sh, "ready");
-		if (ret < 0) {
-			fprintf(stderr, "kvfwd: target did not answer our hello: %s\n",
-				ret == -EBUSY ? "it serves another initiator" :
-				strerror(-ret));
-			kvt_peer_close(sh.peer);
-			return KVFWD_EXIT_PEER;
-		}
-		res->sink_port = (uint16_t)strtoul(sh.result + 5, NULL, 10);
+	if (o->baseline_only) {
+		/* main() measures the baseline: from the start time on. */
+		res->bytes = o->total;
+		kvfwd_start_at(o->start_at);
+		kvt_peer_close(sh.peer);
+		return 0;
 	}
 	snprintf(res->peer_ip, sizeof(res->peer_ip), "%.*s",
 		 (int)(strrchr(o->peer, ':') != NULL ?
@@ -657,6 +700,7 @@ kvfwd_initiator(const struct kvfwd_opts *o, struct kvfwd_result *res)
 		kvt_port_stats(i, &st);
 		res->port_bytes0[i] = st.write_bytes + st.read_bytes;
 	}
+	kvfwd_start_at(o->start_at);
 	sh.t0 = kvfwd_now();
 	if (o->duration > 0)
 		sh.deadline = sh.t0 + o->duration;

@@ -28,6 +28,7 @@ struct shared {
 	uint64_t rbase;		/* target buffer */
 	uint64_t rlen;
 	uint64_t ftable;	/* target fence table */
+	uint32_t slot0;		/* first fence slot of our area */
 	double t0;
 	double deadline;	/* 0: by bytes */
 	uint64_t bytes_left;	/* atomic, by-bytes runs */

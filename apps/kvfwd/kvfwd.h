@@ -44,7 +44,12 @@ struct kvfwd_opts {
 	int mixed;		/* also a stream of 4 KiB writes, one at a time */
 	uint32_t mixed_priority;
 	uint32_t mixed_every_us;
+	unsigned int initiators;	/* target: sessions at once */
+	double start_at;	/* initiator: CLOCK_REALTIME start, 0: now */
+	int baseline_only;	/* initiator: no kvt transfer */
 };
+
+#define KVFWD_MAX_INITIATORS 256
 
 /* What one run measured. */
 struct kvfwd_result {
@@ -114,6 +119,8 @@ struct kvfwd_credit {
 #define KVFWD_CREDITS_PER_MSG ((KVT_NOTIFY_MAX - 8) / sizeof(struct kvfwd_credit))
 
 double kvfwd_now(void);
+/* Sleep until CLOCK_REALTIME t (0: return at once); says so when late. */
+void kvfwd_start_at(double t);
 void kvfwd_fmt_bytes(char *buf, size_t len, double bytes);
 
 #endif

@@ -61,7 +61,15 @@ usage(FILE *f)
 "  --baseline             measure the raw copy the transport competes with\n"
 "  --baseline-to IP[,IP]  tcp: target addresses the plain socket streams go\n"
 "                         to, one stream each (default: the --peer host)\n"
-"  --json                 machine-readable result on stdout\n");
+"  --json                 machine-readable result on stdout\n"
+"  --initiators N         target: serve up to N initiators at once (1); the\n"
+"                         buffer and the fence table are split in N areas,\n"
+"                         one per fence or verify session\n"
+"  --start-at T           initiator: begin the timed part at T (seconds since\n"
+"                         the epoch, CLOCK_REALTIME), so processes start\n"
+"                         together; warm-up and hello come before\n"
+"  --baseline-only        initiator: measure only the --baseline (from\n"
+"                         --start-at), for N streams at once\n");
 }
 
 static int
@@ -94,7 +102,8 @@ enum {
 	O_PEER = 256, O_OP, O_BLOCK, O_BATCH, O_DEPTH, O_THREADS, O_TOTAL, O_DURATION,
 	O_SRC, O_DST, O_BUFFER, O_TRANSPORT, O_SLICE, O_NIC, O_FENCE,
 	O_VERIFY, O_BASELINE, O_BASELINE_TO, O_JSON, O_FAULT, O_HELP, O_PAGES,
-	O_PRIORITY, O_MIXED, O_MIXED_EVERY,
+	O_PRIORITY, O_MIXED, O_MIXED_EVERY, O_INITIATORS, O_START_AT,
+	O_BASELINE_ONLY,
 };
 
 static const struct option long_opts[] = {
@@ -121,6 +130,9 @@ static const struct option long_opts[] = {
 	{ "priority", required_argument, NULL, O_PRIORITY },
 	{ "mixed", optional_argument, NULL, O_MIXED },
 	{ "mixed-every", required_argument, NULL, O_MIXED_EVERY },
+	{ "initiators", required_argument, NULL, O_INITIATORS },
+	{ "start-at", required_argument, NULL, O_START_AT },
+	{ "baseline-only", no_argument, NULL, O_BASELINE_ONLY },
 #ifdef KVFWD_FAULT_INJECT
 	/* Test-only (-Dfault_inject=true): damage one block's source. */
 	{ "x-fault-corrupt-block", required_argument, NULL, O_FAULT },
@@ -282,6 +294,22 @@ parse_opts(struct kvfwd_opts *o, struct args *a, int argc, char **argv)
 			    parse_prio(optarg, &o->mixed_priority) < 0)
 				return bad("--mixed (urgent, normal, bulk)", optarg);
 			break;
+		case O_INITIATORS:
+			v = strtol(optarg, &end, 10);
+			if (*end != '\0' || v < 1 || v > KVFWD_MAX_INITIATORS)
+				return bad("--initiators (1..256)", optarg);
+			o->initiators = (unsigned int)v;
+			break;
+		case O_START_AT:
+			o->start_at = strtod(optarg, &end);
+			if (*end != '\0' || !(o->start_at > 0))
+				return bad("--start-at (seconds since the epoch)",
+					   optarg);
+			break;
+		case O_BASELINE_ONLY:
+			o->baseline = 1;
+			o->baseline_only = 1;
+			break;
 		case O_FAULT:
 			o->fault_block = strtol(optarg, NULL, 10);
 			break;
@@ -310,6 +338,10 @@ parse_opts(struct kvfwd_opts *o, struct args *a, int argc, char **argv)
 	}
 	if (o->fence && o->op == KVT_OP_READ) {
 		fprintf(stderr, "kvfwd: --fence goes with --op write\n");
+		return -1;
+	}
+	if (o->baseline_only && (o->fence || o->mixed || o->pages)) {
+		fprintf(stderr, "kvfwd: --baseline-only moves no kvt bytes: not with --fence, --verify, --mixed, --pages\n");
 		return -1;
 	}
 	if (o->mode == KVFWD_INITIATOR && o->peer[0] == '\0') {
@@ -450,6 +482,7 @@ main(int argc, char **argv)
 		.op = KVT_OP_WRITE, .block = 64 << 10, .batch = 128,
 		.depth = 1, .threads = 1, .total = 1ull << 30, .buffer = 256 << 20,
 		.src_loc = "cpu:0", .dst_loc = "cpu:0", .fault_block = -1,
+		.initiators = 1,
 	};
 	struct kvfwd_result res;
 	struct args a = { .n_eal = 0 };

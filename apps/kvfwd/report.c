@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /* kvfwd results: the table for people, JSON for scripts. */
+#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,6 +18,27 @@ kvfwd_now(void)
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+void
+kvfwd_start_at(double t)
+{
+	struct timespec ts;
+	double now;
+
+	if (t <= 0)
+		return;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	now = (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+	if (now > t) {
+		fprintf(stderr, "kvfwd: --start-at passed %.3f s ago: starting now\n",
+			now - t);
+		return;
+	}
+	ts.tv_sec = (time_t)t;
+	ts.tv_nsec = (long)((t - (double)ts.tv_sec) * 1e9);
+	while (clock_nanosleep(CLOCK_REALTIME, TIMER_ABSTIME, &ts, NULL) == EINTR)
+		;
 }
 
 void
