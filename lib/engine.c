@@ -151,15 +151,20 @@ kvt_host_id(uint8_t id[32])
  * Claim a cpu for a worker lcore among the kvt processes of this host: a
  * lock file per cpu, held (flock) for the life of the process.  Two
  * engines on one host then poll on different cpus without being told.
- * @return 1 if we got it.
+ * When every cpu has one, a later engine takes a second place (share 1)
+ * on one of them, and so on: more engines than cpus spread evenly
+ * rather than piling onto one.  @return 1 if we got it.
  */
 static int
-claim_cpu(int cpu)
+claim_cpu(int cpu, int share)
 {
 	char path[64];
 	int fd;
 
-	snprintf(path, sizeof(path), "/tmp/kvt-cpu%d.lock", cpu);
+	if (share == 0)
+		snprintf(path, sizeof(path), "/tmp/kvt-cpu%d.lock", cpu);
+	else
+		snprintf(path, sizeof(path), "/tmp/kvt-cpu%d.%d.lock", cpu, share);
 	fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
 	if (fd < 0)
 		return 0;
@@ -181,9 +186,31 @@ claim_on_node(const int *cpus, int ncpu, uint8_t *taken, int node)
 				 numa_node_of_cpu(cpus[i]) != node))
 			continue;
 		taken[i] = 1;
-		if (claim_cpu(cpus[i]))
+		if (claim_cpu(cpus[i], 0)) {
+			taken[i] = 2;	/* ours */
 			return cpus[i];
+		}
 	}
+	return -1;
+}
+
+/* Every cpu has its engine: the first cpu with the fewest (a share slot
+ * that is free), the last cpus first as above, none of ours twice; -1 if
+ * none. */
+static int
+claim_shared(const int *cpus, int ncpu, uint8_t *taken)
+{
+	int share, i;
+
+	for (share = 1; share < 64; share++)
+		for (i = ncpu - 1; i >= 0; i--) {
+			if (taken[i] == 2)
+				continue;
+			if (claim_cpu(cpus[i], share)) {
+				taken[i] = 2;
+				return cpus[i];
+			}
+		}
 	return -1;
 }
 
@@ -212,10 +239,12 @@ default_lcores_arg(char *buf, size_t len, unsigned int nports)
 		c = claim_on_node(cpus, ncpu, taken, numa);
 		if (c < 0 && numa >= 0)
 			c = claim_on_node(cpus, ncpu, taken, -1);
+		if (c < 0)
+			c = claim_shared(cpus, ncpu, taken);
 		if (c >= 0)
 			pick[n++] = c;
 	}
-	/* All taken: share the last ones. */
+	/* No share slot left either: the last ones. */
 	for (i = 0; n < nw; i++)
 		pick[n++] = cpus[ncpu - 1 - (i % ncpu)];
 	/* The main lcore is the application's thread: leave it unpinned. */

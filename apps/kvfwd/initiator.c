@@ -638,6 +638,9 @@ kvfwd_initiator(const struct kvfwd_opts *o, struct kvfwd_result *res)
 		kvt_peer_close(sh.peer);
 		return KVFWD_EXIT_PEER;
 	}
+	snprintf(res->peer_ip, sizeof(res->peer_ip), "%.*s",
+		 (int)(strrchr(o->peer, ':') != NULL ?
+		       strrchr(o->peer, ':') - o->peer : 0), o->peer);
 	session = o->fence || o->verify || (o->baseline && kvfwd_uses(o, "tcp"));
 	if (session) {
 		ret = hello(&sh, res);
@@ -665,9 +668,6 @@ kvfwd_initiator(const struct kvfwd_opts *o, struct kvfwd_result *res)
 		kvt_peer_close(sh.peer);
 		return 0;
 	}
-	snprintf(res->peer_ip, sizeof(res->peer_ip), "%.*s",
-		 (int)(strrchr(o->peer, ':') != NULL ?
-		       strrchr(o->peer, ':') - o->peer : 0), o->peer);
 	w = calloc(o->threads, sizeof(*w));
 	sh.bytes_left = o->total;
 	/* Reads in flight at once land in areas of their own. */
