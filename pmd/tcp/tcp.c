@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * tcp: the fallback transport for hosts without RDMA.  One port per
- * allowed network interface, bound to its address (and device); several
- * connections per peer; one lcore drives all of a port's non-blocking
- * sockets.  Socket calls are this transport's nature: it is the one place
+ * allowed network interface (ports=N: N, each listening on its own TCP
+ * port, so the receive work of many peers spreads over N lcores), bound
+ * to its address (and device); several connections per peer; one lcore
+ * drives all of a port's non-blocking sockets.  Socket calls are this transport's nature: it is the one place
  * an lcore makes system calls.
  *
  * One-sided semantics on top of streams: the initiator sends WRITE (with
@@ -28,7 +29,7 @@ RTE_LOG_REGISTER(tcp_logtype, kvt.pmd.tcp, NOTICE);
 struct tcp_port *tcp_ports[TCP_MAX_PORTS];
 unsigned int tcp_nports;
 
-/* ---- probe: one port per allowed interface ---- */
+/* ---- probe: one port per allowed interface (or ports=N) ---- */
 
 static int
 allowed(const char *ifname, int loopback)
@@ -62,17 +63,49 @@ numa_of(const char *ifname)
 	return n;
 }
 
+/* Port k of interface i (k > 0 only with ports=N). */
+static int
+port_new(const struct kvt_pmd *pmd, const struct ifaddrs *i, unsigned int k,
+	 long conns, long slice_kb)
+{
+	struct tcp_port *tp;
+	char name[32];
+	uint32_t mask;
+
+	tp = calloc(1, sizeof(*tp));
+	if (tp == NULL)
+		return -ENOMEM;
+	snprintf(tp->ifname, sizeof(tp->ifname), "%s", i->ifa_name);
+	tp->addr = *(struct sockaddr_in *)i->ifa_addr;
+	tp->addr.sin_port = 0;
+	mask = ntohl(((struct sockaddr_in *)i->ifa_netmask)->sin_addr.s_addr);
+	tp->prefix = (uint8_t)__builtin_popcount(mask);
+	/* One socket more, kept for urgent work (tcp_submit). */
+	tp->conns = (unsigned int)conns + 1;
+	tp->slice = (uint32_t)slice_kb << 10;
+	tp->lfd = tp->epfd = tp->uepfd = -1;
+	pthread_mutex_init(&tp->lock, NULL);
+	if (k == 0)
+		snprintf(name, sizeof(name), "tcp:%s", i->ifa_name);
+	else
+		snprintf(name, sizeof(name), "tcp:%s/%u", i->ifa_name, k);
+	if (kvt_port_create(pmd, name, numa_of(i->ifa_name), tp) == NULL) {
+		free(tp);
+		return -ENOSPC;
+	}
+	tcp_ports[tcp_nports++] = tp;
+	return 0;
+}
+
 static int
 tcp_probe(const struct kvt_pmd *pmd, const char *args)
 {
-	static const char *const keys[] = { "conns", "slice_kb", NULL };
+	static const char *const keys[] = { "conns", "slice_kb", "ports", NULL };
 	struct ifaddrs *ifa, *i;
 	struct rte_kvargs *kv;
-	struct tcp_port *tp;
-	char name[32];
-	long conns = 2, slice_kb = TCP_SLICE_KB;
-	uint32_t mask;
-	int n = 0, ret;
+	long conns = 2, slice_kb = TCP_SLICE_KB, per_if = 1;
+	unsigned int k;
+	int n = 0, ret = 0;
 
 	if (args != NULL && *args != '\0') {
 		kv = rte_kvargs_parse(args, keys);
@@ -81,42 +114,33 @@ tcp_probe(const struct kvt_pmd *pmd, const char *args)
 		ret = kvt_kv_long(kv, "conns", 1, 8, &conns);
 		if (ret == 0)
 			ret = kvt_kv_long(kv, "slice_kb", 4, 16384, &slice_kb);
+		if (ret == 0)
+			ret = kvt_kv_long(kv, "ports", 1, TCP_MAX_PORTS, &per_if);
 		rte_kvargs_free(kv);
 		if (ret < 0)
 			return ret;
 	}
 	if (getifaddrs(&ifa) != 0)
 		return -errno;
-	for (i = ifa; i != NULL && n < TCP_MAX_PORTS; i = i->ifa_next) {
+	for (i = ifa; i != NULL && ret == 0; i = i->ifa_next) {
 		if (i->ifa_addr == NULL || i->ifa_addr->sa_family != AF_INET ||
 		    !(i->ifa_flags & IFF_UP) ||
 		    !allowed(i->ifa_name, !!(i->ifa_flags & IFF_LOOPBACK)))
 			continue;
-		tp = calloc(1, sizeof(*tp));
-		if (tp == NULL)
-			break;
-		snprintf(tp->ifname, sizeof(tp->ifname), "%s", i->ifa_name);
-		tp->addr = *(struct sockaddr_in *)i->ifa_addr;
-		tp->addr.sin_port = 0;
-		mask = ntohl(((struct sockaddr_in *)i->ifa_netmask)->sin_addr.s_addr);
-		tp->prefix = (uint8_t)__builtin_popcount(mask);
-		/* One socket more, kept for urgent work (tcp_submit). */
-		tp->conns = (unsigned int)conns + 1;
-		tp->slice = (uint32_t)slice_kb << 10;
-		tp->lfd = tp->epfd = tp->uepfd = -1;
-		pthread_mutex_init(&tp->lock, NULL);
-		snprintf(name, sizeof(name), "tcp:%s", i->ifa_name);
-		if (kvt_port_create(pmd, name, numa_of(i->ifa_name), tp) == NULL) {
-			free(tp);
-			break;
+		for (k = 0; k < per_if && ret == 0; k++) {
+			if (tcp_nports == TCP_MAX_PORTS) {
+				TCP_LOG(WARNING, "%u ports at most: %s gets fewer",
+					TCP_MAX_PORTS, i->ifa_name);
+				break;
+			}
+			ret = port_new(pmd, i, k, conns, slice_kb);
+			n += ret == 0;
 		}
-		tcp_ports[tcp_nports++] = tp;
-		n++;
 	}
 	freeifaddrs(ifa);
 	if (n == 0)
 		TCP_LOG(NOTICE, "no allowed interface with an IPv4 address: no tcp port");
-	return 0;
+	return ret == -ENOSPC ? 0 : ret;
 }
 
 void

@@ -55,7 +55,9 @@ routed_through(const struct tcp_port *tp, uint32_t ip)
 
 /*
  * The peer endpoint this port talks to: one on our subnet when there is
- * one (spreading our ports over theirs); else, on a routed network, one
+ * one (spreading our ports over theirs, and engines over the ports of a
+ * peer that has several on one interface: many initiators into one
+ * target then land on all its lcores); else, on a routed network, one
  * whose route leaves through our interface and that no other port of
  * ours reaches directly; else none (-ENOTSUP: this port does not carry
  * data to that peer).
@@ -85,7 +87,7 @@ pick_ep(const struct kvt_port *port, const struct kvt_endpoint *eps,
 	}
 	if (nc == 0)
 		return -ENOTSUP;
-	k = cand[port->id % nc];
+	k = cand[(port->id + (unsigned int)getpid()) % nc];
 	memcpy(out, eps[k].blob, sizeof(*out));
 	return (int)k;
 }
