@@ -3,7 +3,8 @@
  * Striping: which eligible port takes the next slice.  Each port keeps the
  * bytes it has in flight and a recent rate; a slice goes where it would
  * finish first ((in flight + slice) / rate), the rate measured while the
- * port had a backlog (its capacity).  A port whose rate is not
+ * port had a backlog (its capacity), and no port takes much more than it
+ * finishes in 10 ms (port_cap).  A port whose rate is not
  * known yet counts as the fastest, and every 64th slice goes round-robin,
  * so a port that fell out of favour is still probed and its rate stays
  * current.
@@ -17,6 +18,7 @@
 #define KVT_RATE_WINDOW_US 1000
 #define KVT_BACKLOG_SLICES 8
 #define KVT_STRIPE_CAP (8u << 20)
+#define KVT_STRIPE_HORIZON_US 10000
 
 static unsigned int
 nth_bit(uint32_t mask, unsigned int n)
@@ -27,18 +29,30 @@ nth_bit(uint32_t mask, unsigned int n)
 }
 
 /*
- * Bytes a port may hold in flight before it gets no more: enough that
- * the link does not idle between the submitter's polls, not so much that
- * a whole large request is dealt out at once on estimates alone.  Slices
- * held back go to whichever port drains first, so the split follows what
- * the links really do (and a slow link's tail stays short).
+ * Bytes a port may hold in flight before it gets no more: what it moves
+ * in KVT_STRIPE_HORIZON_US at its measured rate, at least two slices
+ * (so a slow port still has a backlog to measure its rate by), at most
+ * the PMD's cap: the link does not idle between the
+ * submitter's polls, yet no port holds much more than a moment's work.
+ * The horizon is long next to a poll interval, so a port whose rate was
+ * measured low in a hiccup is still given enough to show its real rate.  A cap in bytes
+ * alone let a 10x slower rail hold as many bytes as a fast one: the fast
+ * rails went idle while every batch waited on the slow rail's queue
+ * (two fast rails plus one slow took 1.4x the time of the two alone).
+ * Slices held back go to whichever port drains first, so the split
+ * follows what the links really do.
  */
 static uint64_t
 port_cap(const struct kvt_port *p)
 {
-	uint64_t cap = p->pmd->ops->stripe_cap;
+	uint64_t max = p->pmd->ops->stripe_cap != 0 ? p->pmd->ops->stripe_cap :
+		KVT_STRIPE_CAP;
+	uint64_t rate = __atomic_load_n(&p->rate_bpus, __ATOMIC_RELAXED);
 
-	return cap != 0 ? cap : KVT_STRIPE_CAP;
+	if (rate == 0)
+		return max;	/* not measured yet: probe it */
+	return RTE_MIN(max, RTE_MAX(rate * KVT_STRIPE_HORIZON_US,
+				    2 * (uint64_t)kvt_eng->o.slice));
 }
 
 uint32_t
@@ -87,12 +101,18 @@ kvt_stripe_pick(uint32_t mask, uint32_t len, uint64_t seq)
 			}
 		}
 	}
-	__atomic_fetch_add(&kvt_eng->ports[best]->inflight_bytes, len,
-			   __ATOMIC_RELAXED);
+	p = kvt_eng->ports[best];
+	/* An idle port's rate window starts now: the time it sat idle is
+	 * not slowness (account()). */
+	if (__atomic_fetch_add(&p->inflight_bytes, len, __ATOMIC_RELAXED) == 0)
+		__atomic_store_n(&p->busy_since, rte_get_tsc_cycles(),
+				 __ATOMIC_RELAXED);
 	return best;
 }
 
-/* Has p more work queued than it finishes in a moment (a few slices)? */
+/* Has p more work queued than it finishes in a moment (a few slices, or
+ * half of what its cap lets it hold, for a port too slow to hold a few:
+ * its rate could never be measured down otherwise)? */
 static int
 backlogged(const struct kvt_port *p)
 {
@@ -100,7 +120,8 @@ backlogged(const struct kvt_port *p)
 
 	if (rte_lcore_id() == p->lcore)
 		q -= RTE_MIN(q, p->done_bytes);
-	return q >= (uint64_t)KVT_BACKLOG_SLICES * kvt_eng->o.slice;
+	return q >= RTE_MIN((uint64_t)KVT_BACKLOG_SLICES * kvt_eng->o.slice,
+			    port_cap(p) / 2);
 }
 
 /* Slices of len bytes (held of them striped) left p at TSC time now;
@@ -110,7 +131,7 @@ account(struct kvt_port *p, uint32_t len, uint32_t held, uint64_t now,
 	int local)
 {
 	static uint64_t win;	/* window length in TSC cycles */
-	uint64_t el, rate;
+	uint64_t el, rate, since;
 
 	if (win == 0)
 		win = rte_get_tsc_hz() / 1000000 * KVT_RATE_WINDOW_US;
@@ -120,6 +141,12 @@ account(struct kvt_port *p, uint32_t len, uint32_t held, uint64_t now,
 		p->done_bytes += held;
 	else if (held != 0)
 		__atomic_fetch_sub(&p->inflight_bytes, held, __ATOMIC_RELAXED);
+	since = __atomic_load_n(&p->busy_since, __ATOMIC_RELAXED);
+	if (since > p->rate_win_start && since < now) {
+		/* It sat idle before: the window starts when work came. */
+		p->rate_win_start = since;
+		p->rate_win_bytes = 0;
+	}
 	el = now - p->rate_win_start;
 	if (p->rate_win_start == 0 || el > 100 * win) {
 		/* First slice, or the port sat idle: idle time is not slowness. */

@@ -90,8 +90,8 @@ tc_host_start(struct tc_host *h)
 	tc_ns_addr(h->name, "be", h->be, sizeof(h->be));
 	snprintf(ns, sizeof(ns), "%s-%s", tc_ns_prefix, h->name);
 	snprintf(opts, sizeof(opts),
-		 "--kvt-pmd tcp --kvt-nic kv0,kv1 --kvt-listen %s:7000 --kvt-timeout 500",
-		 h->be);
+		 "--kvt-pmd tcp --kvt-nic %s --kvt-listen %s:7000 --kvt-timeout 500",
+		 h->nics != NULL ? h->nics : "kv0,kv1", h->be);
 	cr_assert_eq(tc_peer_start_in(&h->p, ns, opts), 0, "%s did not start",
 		     h->name);
 }

@@ -28,9 +28,10 @@ void tc_ns_addr(const char *host, const char *ifn, char *out, size_t len);
 
 struct tc_host {
 	const char *name;
+	const char *nics;	/* its tcp ports' interfaces; NULL: kv0,kv1 */
 	char be[32];		/* backend address: the control plane */
 	struct tc_peer p;
-	uint64_t kv0, kv1, be_tx;
+	uint64_t kv0, kv1, kv2, be_tx;
 };
 
 /* A kvt-testpeer on h, tcp over kv0 and kv1, listening on the backend
