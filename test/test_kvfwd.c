@@ -392,6 +392,48 @@ Test(kvfwd, four_initiators_at_once, .timeout = 180)
 	fclose(lines);
 }
 
+/*
+ * The reverse of fan-in: one initiator writes to three targets at once
+ * (--peer A,B,C, a thread each).  Every byte of the budget went, each
+ * target took a part of it, and the parts add up.
+ */
+Test(kvfwd, one_initiator_three_targets, .timeout = 180)
+{
+	char addr[3][64], list[256], cmd[512], out[16384];
+	FILE *lines[3];
+	pid_t tgt[3];
+	json_t *j, *tb;
+	long long sum = 0, b;
+	size_t i;
+
+	for (i = 0; i < 3; i++)
+		tgt[i] = target_start("--buffer 8M", addr[i], sizeof(addr[i]),
+				      &lines[i]);
+	snprintf(list, sizeof(list), "%s,%s,%s", addr[0], addr[1], addr[2]);
+	snprintf(cmd, sizeof(cmd), KVT_OPTS " initiator --peer %s --threads 3 --total 24M --block 64K --batch 8 --json",
+		 list);
+	j = run_json(cmd, out, sizeof(out));
+	cr_assert_eq(jint(j, "bytes"), 24 << 20, "%s", out);
+	cr_assert_eq(jint(j, "errors"), 0);
+	tb = json_object_get(j, "target_bytes");
+	cr_assert(json_is_array(tb) && json_array_size(tb) == 3, "%s", out);
+	for (i = 0; i < 3; i++) {
+		b = json_integer_value(json_array_get(tb, i));
+		cr_assert_gt(b, 0, "target %zu took nothing: %s", i, out);
+		sum += b;
+	}
+	cr_assert_eq(sum, 24 << 20, "the targets took %lld bytes", sum);
+	json_decref(j);
+	cr_assert_neq(run(KVT_OPTS " initiator --peer 127.0.0.1:1,127.0.0.1:2 --verify --total 1M",
+			  out, sizeof(out)), 0);
+	cr_assert(strstr(out, "several targets go with plain runs") != NULL, "%s", out);
+	for (i = 0; i < 3; i++) {
+		kill(tgt[i], SIGTERM);
+		waitpid(tgt[i], NULL, 0);
+		fclose(lines[i]);
+	}
+}
+
 /* The target dies during --verify: the initiator fails fast, not after
  * waiting out its 30 s result timeout.  The kill comes once the target
  * says its session began (a fixed delay from the start killed it before

@@ -153,7 +153,7 @@ submit_list(struct worker *w, struct kvt_batch *b, uint8_t *local,
 {
 	const struct kvfwd_opts *o = w->sh->o;
 	struct kvt_pages pg = { .op = o->op, .n = n, .page_size = o->block,
-				.local = local, .remote = w->sh->rbase,
+				.local = local, .remote = w->dest->rbase,
 				.local_idx = li, .remote_idx = ri };
 	unsigned int i;
 
@@ -161,7 +161,7 @@ submit_list(struct worker *w, struct kvt_batch *b, uint8_t *local,
 		li[i] = i;
 		ri[i] = (uint32_t)(first + order[next + i]);
 	}
-	return kvt_submit_pages(b, w->sh->peer, &pg, &w->sh->po);
+	return kvt_submit_pages(b, w->dest->peer, &pg, &w->sh->po);
 }
 
 /* A batch of a plain worker, submitted and not yet waited for. */
@@ -209,8 +209,11 @@ plain_worker(void *arg)
 	struct worker *w = arg;
 	struct shared *sh = w->sh;
 	const struct kvfwd_opts *o = sh->o;
-	uint64_t share = sh->rlen / o->threads / o->block;
-	uint64_t first = w->id * share, next = 0;
+	const struct kvfwd_dest *d = w->dest;
+	/* The threads of one target split its buffer. */
+	unsigned int per = (o->threads + sh->ndest - 1) / sh->ndest;
+	uint64_t share = d->rlen / per / o->block;
+	uint64_t first = (w->id / sh->ndest) * share, next = 0;
 	struct kvt_xfer *x = calloc(o->batch, sizeof(*x));
 	struct inflight *fl = calloc(o->depth, sizeof(*fl)), *f;
 	uint32_t *li = NULL, *ri = NULL, *order = NULL;
@@ -251,10 +254,10 @@ plain_worker(void *arg)
 			for (i = 0; i < n; i++)
 				x[i] = (struct kvt_xfer){ .op = o->op,
 					.local = f->local + (uint64_t)i * o->block,
-					.remote = sh->rbase + (f->first + i) * o->block,
+					.remote = d->rbase + (f->first + i) * o->block,
 					.len = o->block };
 			f->t0 = kvfwd_now();
-			ret = kvt_submit(f->b, sh->peer, x, n, &sh->po);
+			ret = kvt_submit(f->b, d->peer, x, n, &sh->po);
 		}
 		if (ret < 0) {
 			fprintf(stderr, "kvfwd: submit/wait failed\n");
@@ -487,10 +490,10 @@ merge(struct kvfwd_result *res, struct worker *w, unsigned int n)
 #define WARM_BATCH 16u
 
 static int
-warm_up(struct shared *sh)
+warm_up(struct shared *sh, const struct kvfwd_dest *d)
 {
 	const struct kvfwd_opts *o = sh->o;
-	uint64_t chunk = RTE_MIN(RTE_MAX(WARM_CHUNK, o->block), sh->rlen);
+	uint64_t chunk = RTE_MIN(RTE_MAX(WARM_CHUNK, o->block), d->rlen);
 	uint64_t off = 0, len;
 	struct kvt_xfer x[WARM_BATCH];
 	struct kvt_batch *b = kvt_batch_alloc(WARM_BATCH);
@@ -504,21 +507,21 @@ warm_up(struct shared *sh)
 		m = kvt_mem_register(buf, chunk, o->src_loc, 0);
 	if (b == NULL || m == NULL)
 		goto out;
-	kvfwd_fmt_bytes(total, sizeof(total), (double)sh->rlen);
+	kvfwd_fmt_bytes(total, sizeof(total), (double)d->rlen);
 	if (!o->json)
 		fprintf(stderr, "kvfwd: warming up the target buffer (%s)\n", total);
 	ret = 0;
-	while (ret == 0 && off < sh->rlen) {
-		for (n = 0; n < WARM_BATCH && off < sh->rlen; n++, off += len) {
-			len = RTE_MIN(chunk, sh->rlen - off);
+	while (ret == 0 && off < d->rlen) {
+		for (n = 0; n < WARM_BATCH && off < d->rlen; n++, off += len) {
+			len = RTE_MIN(chunk, d->rlen - off);
 			x[n] = (struct kvt_xfer){ .op = o->op, .local = buf,
-				.remote = sh->rbase + off, .len = len };
+				.remote = d->rbase + off, .len = len };
 		}
 		/* Requests of one batch may overlap in our buffer: only the
 		 * remote side matters here.  The wait is kvt's backstop (each
 		 * request settles within the peer timeout); it allows 1 MB/s,
 		 * as slow as an emulated NIC on a loaded host gets. */
-		ret = kvt_submit(b, sh->peer, x, n, NULL);
+		ret = kvt_submit(b, d->peer, x, n, NULL);
 		if (ret >= 0)
 			ret = kvt_wait(b, WAIT_US + (uint64_t)n * chunk);
 		for (; ret == 0 && n > 0; n--)
@@ -568,6 +571,83 @@ read_reach(const struct kvfwd_opts *o, const struct shared *sh)
 	if (o->pages || o->duration > 0 || budget > share)
 		budget = share;
 	return (uint64_t)(o->threads - 1) * share + budget;
+}
+
+/*
+ * --peer A,B,...: the targets after the first, for plain runs; each
+ * one's largest writable buffer.  @return 0 or an exit code.
+ */
+static int
+more_dests(struct shared *sh, const char *list)
+{
+	const struct kvfwd_opts *o = sh->o;
+	struct kvt_region r[64];
+	struct kvfwd_dest *d;
+	char addrs[sizeof(o->peer)], *tok, *save = NULL;
+	double until;
+	int n, i;
+
+	snprintf(addrs, sizeof(addrs), "%s", list);
+	for (tok = strtok_r(addrs, ",", &save); tok != NULL;
+	     tok = strtok_r(NULL, ",", &save)) {
+		if (sh->ndest == KVFWD_MAX_DESTS || sh->ndest == o->threads) {
+			fprintf(stderr, "kvfwd: more targets than --threads (or %u)\n",
+				KVFWD_MAX_DESTS);
+			return KVFWD_EXIT_USAGE;
+		}
+		d = &sh->dest[sh->ndest++];
+		d->peer = kvt_peer_open(tok, 5000);
+		if (d->peer == NULL) {
+			fprintf(stderr, "kvfwd: cannot reach target %s: %s\n", tok,
+				rte_strerror(rte_errno));
+			return KVFWD_EXIT_PEER;
+		}
+		until = kvfwd_now() + 5;
+		do {
+			n = kvt_peer_regions(d->peer, r, RTE_DIM(r));
+			for (i = 0; i < n && i < (int)RTE_DIM(r); i++)
+				if (r[i].fence_slots == 0 && r[i].len > d->rlen &&
+				    (r[i].flags & KVT_MEM_REMOTE_WRITE))
+					d->rbase = r[i].base, d->rlen = r[i].len;
+		} while (d->rlen == 0 && kvfwd_now() < until && usleep(10000) == 0);
+	}
+	/* Each target's threads split its buffer. */
+	for (i = 0; i < (int)sh->ndest; i++)
+		if (sh->dest[i].rlen / ((o->threads + sh->ndest - 1) / sh->ndest) <
+		    (uint64_t)o->depth * o->batch * o->block) {
+			fprintf(stderr, "kvfwd: target %u's buffer is smaller than its threads x batch x block x depth\n",
+				i);
+			return KVFWD_EXIT_USAGE;
+		}
+	return 0;
+}
+
+/* Bytes moved to each target (several only): at the start of the timed
+ * part (end 0), then what moved since (end 1). */
+static void
+dest_bytes(const struct shared *sh, struct kvfwd_result *res, int end)
+{
+	struct kvt_peer_stats st;
+	unsigned int i;
+
+	if (sh->ndest < 2)
+		return;
+	res->ntargets = sh->ndest;
+	for (i = 0; i < sh->ndest; i++) {
+		if (kvt_peer_stats(sh->dest[i].peer, &st) < 0)
+			continue;
+		res->target_bytes[i] = st.write_bytes + st.read_bytes -
+			(end ? res->target_bytes[i] : 0);
+	}
+}
+
+static void
+dests_close(struct shared *sh)
+{
+	unsigned int i;
+
+	for (i = 1; i < sh->ndest; i++)
+		kvt_peer_close(sh->dest[i].peer);
 }
 
 /*
@@ -621,13 +701,24 @@ kvfwd_initiator(const struct kvfwd_opts *o, struct kvfwd_result *res)
 {
 	struct shared sh = { .o = o, .lock = PTHREAD_MUTEX_INITIALIZER };
 	struct worker *w, mw = { .sh = &sh };
+	char first[sizeof(o->peer)];
+	const char *more;
 	uint64_t src_len;
 	unsigned int i;
 	int ret = 0, tty = isatty(1) && !o->json, session;
 
-	sh.peer = kvt_peer_open(o->peer, 5000);
+	/* --peer A,B,...: plain runs spread their threads over targets. */
+	snprintf(first, sizeof(first), "%s", o->peer);
+	more = strchr(o->peer, ',');
+	first[strcspn(first, ",")] = '\0';
+	session = o->fence || o->verify || (o->baseline && kvfwd_uses(o, "tcp"));
+	if (more != NULL && (session || o->mixed || o->baseline_only)) {
+		fprintf(stderr, "kvfwd: several targets go with plain runs (not --fence, --verify, --mixed, a tcp --baseline)\n");
+		return KVFWD_EXIT_USAGE;
+	}
+	sh.peer = kvt_peer_open(first, 5000);
 	if (sh.peer == NULL) {
-		fprintf(stderr, "kvfwd: cannot reach target %s: %s\n", o->peer,
+		fprintf(stderr, "kvfwd: cannot reach target %s: %s\n", first,
 			rte_strerror(rte_errno));
 		return KVFWD_EXIT_PEER;
 	}
@@ -639,9 +730,8 @@ kvfwd_initiator(const struct kvfwd_opts *o, struct kvfwd_result *res)
 		return KVFWD_EXIT_PEER;
 	}
 	snprintf(res->peer_ip, sizeof(res->peer_ip), "%.*s",
-		 (int)(strrchr(o->peer, ':') != NULL ?
-		       strrchr(o->peer, ':') - o->peer : 0), o->peer);
-	session = o->fence || o->verify || (o->baseline && kvfwd_uses(o, "tcp"));
+		 (int)(strrchr(first, ':') != NULL ?
+		       strrchr(first, ':') - first : 0), first);
 	if (session) {
 		ret = hello(&sh, res);
 		if (ret < 0) {
@@ -661,6 +751,17 @@ kvfwd_initiator(const struct kvfwd_opts *o, struct kvfwd_result *res)
 		kvt_peer_close(sh.peer);
 		return KVFWD_EXIT_USAGE;
 	}
+	sh.dest[0] = (struct kvfwd_dest){ .peer = sh.peer, .rbase = sh.rbase,
+					  .rlen = sh.rlen };
+	sh.ndest = 1;
+	if (more != NULL) {
+		ret = more_dests(&sh, more + 1);
+		if (ret != 0) {
+			dests_close(&sh);
+			kvt_peer_close(sh.peer);
+			return ret;
+		}
+	}
 	if (o->baseline_only) {
 		/* main() measures the baseline: from the start time on. */
 		res->bytes = o->total;
@@ -676,6 +777,7 @@ kvfwd_initiator(const struct kvfwd_opts *o, struct kvfwd_result *res)
 	for (i = 0; i < o->threads; i++) {
 		w[i].sh = &sh;
 		w[i].id = i;
+		w[i].dest = &sh.dest[i % sh.ndest];
 		w[i].req.v = malloc(MAX_SAMPLES * sizeof(double));
 		w[i].batch.v = malloc(MAX_SAMPLES * sizeof(double));
 		w[i].src = kvt_mem_alloc(src_len, o->src_loc);
@@ -686,14 +788,16 @@ kvfwd_initiator(const struct kvfwd_opts *o, struct kvfwd_result *res)
 			return KVFWD_EXIT_USAGE;
 		}
 	}
+	for (i = 0; !o->fence && i < sh.ndest && ret == 0; i++)
+		ret = warm_up(&sh, &sh.dest[i]);
 	if (!o->fence) {
-		ret = warm_up(&sh);
 		if (ret != 0) {
 			fprintf(stderr, "kvfwd: warm-up pass failed: %s\n",
 				strerror(ret < 0 ? -ret : EIO));
 			return KVFWD_EXIT_FAIL;
 		}
 	}
+	dest_bytes(&sh, res, 0);
 	for (i = 0; i < kvt_port_count() && i < RTE_DIM(res->port_bytes0); i++) {
 		struct kvt_port_stats st;
 
@@ -750,6 +854,8 @@ kvfwd_initiator(const struct kvfwd_opts *o, struct kvfwd_result *res)
 	}
 	if (sh.failed || res->errors > 0 || res->mixed > 0 || res->stale > 0)
 		ret = KVFWD_EXIT_FAIL;
+	dest_bytes(&sh, res, 1);
+	dests_close(&sh);
 	kvt_peer_close(sh.peer);
 	free(sh.credits);
 	free(w);

@@ -22,6 +22,15 @@ struct samples {
 	size_t n;
 };
 
+/* A target plain workers write to (several with --peer A,B,...). */
+struct kvfwd_dest {
+	struct kvt_peer *peer;
+	uint64_t rbase;		/* its buffer */
+	uint64_t rlen;
+};
+
+#define KVFWD_MAX_DESTS 64
+
 struct shared {
 	const struct kvfwd_opts *o;
 	struct kvt_peer *peer;
@@ -44,11 +53,15 @@ struct shared {
 	size_t ncredits;
 	size_t cap;
 	char result[128];
+	/* plain mode: every target, dest[0] the one above */
+	struct kvfwd_dest dest[KVFWD_MAX_DESTS];
+	unsigned int ndest;
 };
 
 struct worker {
 	struct shared *sh;
 	unsigned int id;
+	const struct kvfwd_dest *dest;	/* plain mode: its target */
 	uint8_t *src;
 	pthread_t th;
 	uint64_t requests;

@@ -72,6 +72,9 @@ struct kvfwd_result {
 	int verified;
 	/* port counters when the timed part began */
 	uint64_t port_bytes0[64];
+	/* --peer A,B,...: bytes each target took in the timed part */
+	uint64_t target_bytes[64];
+	unsigned int ntargets;
 	/* baseline */
 	const char *baseline_name;
 	double baseline_gbps;

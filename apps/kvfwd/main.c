@@ -28,7 +28,8 @@ usage(FILE *f)
 {
 	fprintf(f,
 "usage: kvfwd [EAL args] -- [--kvt-* options] MODE [options]\n"
-"modes: target | initiator --peer HOST:PORT | loopback\n"
+"modes: target | initiator --peer HOST:PORT[,HOST:PORT...] | loopback\n"
+"  (several targets: plain runs only; thread i writes to target i mod N)\n"
 "  --op read|write        direction of the transfer (write)\n"
 "  --block SIZE           bytes per request (64K)\n"
 "  --batch N              requests per batch (128)\n"

@@ -181,6 +181,12 @@ report_json(const struct kvfwd_opts *o, const struct kvfwd_result *r,
 		json_object_set_new(j, "mixed_p99_us", json_real(pct(r->mixed_lat, r->n_mixed_lat, 0.99)));
 		json_object_set_new(j, "mixed_p999_us", json_real(pct(r->mixed_lat, r->n_mixed_lat, 0.999)));
 	}
+	if (r->ntargets > 1) {
+		p = json_array();
+		for (i = 0; i < r->ntargets; i++)
+			json_array_append_new(p, json_integer((json_int_t)r->target_bytes[i]));
+		json_object_set_new(j, "target_bytes", p);
+	}
 	if (r->verified) {
 		json_object_set_new(j, "verify_checked", json_integer((json_int_t)r->checked));
 		json_object_set_new(j, "verify_mixed", json_integer((json_int_t)r->mixed));
