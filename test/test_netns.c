@@ -72,6 +72,22 @@ same_bytes(struct tc_host *dec, struct tc_host *pre, uint64_t len, const char *w
 	cr_assert_str_eq(theirs, mine, "%s", what);
 }
 
+/* Shard i of the decode host's buffer holds what pre sent. */
+static void
+shard_intact(struct tc_host *dec, struct tc_host *pre, int i)
+{
+	char buf[128];
+	uint64_t sum;
+
+	cr_assert_eq(tc_peer_cmd(&dec->p, buf, sizeof(buf), "sum 0 %" PRIu64 " %" PRIu64,
+				 (uint64_t)i * SHARD, SHARD), 0);
+	sum = strtoull(buf, NULL, 16);
+	cr_assert_eq(tc_peer_cmd(&pre->p, buf, sizeof(buf), "sum 0 0 %" PRIu64,
+				 SHARD), 0);
+	cr_assert_eq(sum, strtoull(buf, NULL, 16), "%s's shard damaged",
+		     pre->name);
+}
+
 /* A link that came back on the head: 32 MiB writes until it carries a
  * share of one (20 s bound). */
 static void
@@ -106,7 +122,7 @@ Test(netns, every_host_sends_its_own_kv, .timeout = 180, .fini = tc_cluster_down
 	struct tc_host pre[2] = { { .name = "head" },
 			       { .name = "worker" } };
 	char buf[128];
-	uint64_t base, sum, dec_rx0, dec_rx;
+	uint64_t base, dec_rx0, dec_rx;
 	int i;
 
 	tc_cluster_up();
@@ -152,13 +168,7 @@ Test(netns, every_host_sends_its_own_kv, .timeout = 180, .fini = tc_cluster_down
 		/* The backend carried the control plane only. */
 		cr_assert_lt(be, SHARD / 100, "%s: backend carried %" PRIu64,
 			     pre[i].name, be);
-		cr_assert_eq(tc_peer_cmd(&dec.p, buf, sizeof(buf), "sum 0 %" PRIu64 " %" PRIu64,
-					 (uint64_t)i * SHARD, SHARD), 0);
-		sum = strtoull(buf, NULL, 16);
-		cr_assert_eq(tc_peer_cmd(&pre[i].p, buf, sizeof(buf),
-					 "sum 0 0 %" PRIu64, SHARD), 0);
-		cr_assert_eq(sum, strtoull(buf, NULL, 16), "%s's shard damaged",
-			     pre[i].name);
+		shard_intact(&dec, &pre[i], i);
 	}
 	snap(&dec, "rx");
 	dec_rx = dec.kv0 + dec.kv1 - dec_rx0;
@@ -472,7 +482,7 @@ Test(netns, four_hosts_into_one_decode, .timeout = 240, .fini = tc_cluster_down)
 	static const char *const names[4] = { "head", "worker", "pre3", "pre4" };
 	struct tc_host dec = { .name = "decode", .nics = "kv0,kv1,kv2" };
 	struct tc_host pre[4];
-	uint64_t base, sum, rx0, rx, tx[3], be, sent = 0;
+	uint64_t base, rx0, rx, tx[3], be, sent = 0;
 	char buf[128];
 	int i;
 
@@ -521,13 +531,7 @@ Test(netns, four_hosts_into_one_decode, .timeout = 240, .fini = tc_cluster_down)
 		cr_assert_gt(tx[2], SHARD / 10, "%s: kv2 idle", pre[i].name);
 		cr_assert_lt(be, SHARD / 100, "%s: backend carried %" PRIu64,
 			     pre[i].name, be);
-		cr_assert_eq(tc_peer_cmd(&dec.p, buf, sizeof(buf), "sum 0 %" PRIu64 " %" PRIu64,
-					 (uint64_t)i * SHARD, SHARD), 0);
-		sum = strtoull(buf, NULL, 16);
-		cr_assert_eq(tc_peer_cmd(&pre[i].p, buf, sizeof(buf),
-					 "sum 0 0 %" PRIu64, SHARD), 0);
-		cr_assert_eq(sum, strtoull(buf, NULL, 16), "%s's shard damaged",
-			     pre[i].name);
+		shard_intact(&dec, &pre[i], i);
 	}
 	snap(&dec, "rx");
 	rx = dec.kv0 + dec.kv1 + dec.kv2 - rx0;
