@@ -44,8 +44,8 @@ rounds_up(struct rounds *rb)
 	 * engine cannot keep a 500 ms peer timeout's. */
 	if (tc_tsan_peers())
 		cr_skip_test("flapping links under a 500 ms timeout need engines at full speed (ThreadSanitizer peers; data races are covered by stress-tsan)");
-	rb->dec.name = "decode";
-	rb->pre.name = "head";
+	rb->dec = (struct tc_host){ .name = "decode" };
+	rb->pre = (struct tc_host){ .name = "head" };
 	tc_cluster_up();
 	tc_host_start(&rb->dec);
 	rb->base = tc_peer_u64(&rb->dec.p, 0, "alloc 0 4194304 w");
