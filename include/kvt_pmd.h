@@ -616,6 +616,7 @@ struct kvt_port {
 	uint64_t rate_bpus;	/**< recent rate, bytes per microsecond */
 	uint64_t rate_win_bytes;
 	uint64_t rate_win_start;	/**< TSC */
+	uint64_t rate_gap_us;	/**< how long recent rate windows lasted */
 	uint64_t busy_since;	/**< TSC it was last given work while idle */
 	/** What the PMD finished (kvt_desc_complete()), in order, linked
 	 *  through kvt_desc.next; the engine takes it after each call.  On

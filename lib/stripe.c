@@ -4,7 +4,8 @@
  * bytes it has in flight and a recent rate; a slice goes where it would
  * finish first ((in flight + slice) / rate), the rate measured while the
  * port had a backlog (its capacity), and no port takes much more than it
- * finishes in 10 ms (port_cap).  A port whose rate is not
+ * finishes in 10 ms, or in two of its rate windows where those are
+ * longer (port_cap).  A port whose rate is not
  * known yet counts as the fastest, and every 64th slice goes round-robin,
  * so a port that fell out of favour is still probed and its rate stays
  * current.
@@ -30,7 +31,8 @@ nth_bit(uint32_t mask, unsigned int n)
 
 /*
  * Bytes a port may hold in flight before it gets no more: what it moves
- * in KVT_STRIPE_HORIZON_US at its measured rate, at least two slices
+ * in KVT_STRIPE_HORIZON_US at its measured rate, or in two of its recent
+ * rate windows where they are longer, at least two slices
  * (so a slow port still has a backlog to measure its rate by), at most
  * the PMD's cap: the link does not idle between the
  * submitter's polls, yet no port holds much more than a moment's work.
@@ -41,6 +43,14 @@ nth_bit(uint32_t mask, unsigned int n)
  * (two fast rails plus one slow took 1.4x the time of the two alone).
  * Slices held back go to whichever port drains first, so the split
  * follows what the links really do.
+ *
+ * A window is 1 ms when completions flow, but on a loaded host they come
+ * in bursts as far apart as the lcore or the peer is kept off its cpu
+ * (10-80 ms under ThreadSanitizer beside busy loops).  A port holding
+ * less than such a gap's work sits idle in it and its rate is measured
+ * below what it can do; that shrank its cap again, and one of two equal
+ * links fell to 17 % of the bytes within a second.  Two gaps' work keeps
+ * it busy across them.
  */
 static uint64_t
 port_cap(const struct kvt_port *p)
@@ -48,10 +58,12 @@ port_cap(const struct kvt_port *p)
 	uint64_t max = p->pmd->ops->stripe_cap != 0 ? p->pmd->ops->stripe_cap :
 		KVT_STRIPE_CAP;
 	uint64_t rate = __atomic_load_n(&p->rate_bpus, __ATOMIC_RELAXED);
+	uint64_t gap = __atomic_load_n(&p->rate_gap_us, __ATOMIC_RELAXED);
 
 	if (rate == 0)
 		return max;	/* not measured yet: probe it */
-	return RTE_MIN(max, RTE_MAX(rate * KVT_STRIPE_HORIZON_US,
+	return RTE_MIN(max, RTE_MAX(rate * RTE_MAX((uint64_t)KVT_STRIPE_HORIZON_US,
+						   2 * gap),
 				    2 * (uint64_t)kvt_eng->o.slice));
 }
 
@@ -131,7 +143,8 @@ account(struct kvt_port *p, uint32_t len, uint32_t held, uint64_t now,
 	int local)
 {
 	static uint64_t win;	/* window length in TSC cycles */
-	uint64_t el, rate, since;
+	uint64_t el, rate, since, us;
+	int busy;
 
 	if (win == 0)
 		win = rte_get_tsc_hz() / 1000000 * KVT_RATE_WINDOW_US;
@@ -158,8 +171,15 @@ account(struct kvt_port *p, uint32_t len, uint32_t held, uint64_t now,
 	if (el < win)
 		return;
 	/* Bytes per microsecond over the window (win cycles = 1 ms). */
-	rate = p->rate_win_bytes / RTE_MAX(el * KVT_RATE_WINDOW_US / win,
-					   (uint64_t)1);
+	us = el * KVT_RATE_WINDOW_US / win;
+	rate = p->rate_win_bytes / RTE_MAX(us, (uint64_t)1);
+	busy = backlogged(p);
+	/* How long a busy port's windows last: completions may come in
+	 * bursts far apart (an idle one's are long for want of work). */
+	if (busy)
+		__atomic_store_n(&p->rate_gap_us, p->rate_gap_us != 0 ?
+				 (p->rate_gap_us * 3 + us) / 4 : us,
+				 __ATOMIC_RELAXED);
 	/*
 	 * What a port finished is its capacity only while it had work
 	 * waiting: a port given few slices finishes few, and taking that
@@ -167,7 +187,7 @@ account(struct kvt_port *p, uint32_t len, uint32_t held, uint64_t now,
 	 * at any split, 93/7 as well as 50/50).  A window without a backlog
 	 * may raise the estimate, never lower it.
 	 */
-	if (p->rate_bpus != 0 && rate < p->rate_bpus && !backlogged(p)) {
+	if (p->rate_bpus != 0 && rate < p->rate_bpus && !busy) {
 		p->rate_win_bytes = 0;
 		p->rate_win_start = now;
 		return;
