@@ -12,6 +12,10 @@
  * one in the same batch (it should not grow with what is pending).
  *
  *   kvt-pipebench [EAL args] -- [--kvt-* options] [-s SECONDS] [-b BATCH]
+ *                 [-p COUNT]
+ *
+ * -p COUNT times kvt_submit alone, COUNT times, and nothing else: the
+ * run to record with perf (perf record -- kvt-pipebench ... -p 2000000).
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -179,6 +183,40 @@ submit_cost(struct kvt_peer *p, uint8_t *src, uint8_t *dst,
 	free(t);
 }
 
+/* kvt_submit alone as above, but back to back into one batch of up to
+ * 4096 before a wait: what the call costs when the lcore has not just
+ * touched the batch's and the ring's lines (the difference from
+ * submit_cost() is the cache lines that cross cpus). */
+static void
+submit_cost_batched(struct kvt_peer *p, uint8_t *src, uint8_t *dst,
+		    struct kvt_fence_table *ft, unsigned int n, double *p50)
+{
+	struct kvt_xfer x = { .op = KVT_OP_WRITE, .local = src,
+		.remote = (uintptr_t)dst, .len = 4096 };
+	struct kvt_submit_opts o = { .flags = KVT_SUBMIT_FENCE |
+					      KVT_SUBMIT_ALLOW_OVERLAP };
+	struct kvt_batch *b = kvt_batch_alloc(4096);
+	uint64_t *t = calloc(n, sizeof(*t)), t0;
+	unsigned int i;
+
+	must(b != NULL && t != NULL);
+	o.fence.table = kvt_fence_table_handle(ft);
+	for (i = 0; i < n; i++) {
+		o.fence.room = i + 1;
+		t0 = rte_get_tsc_cycles();
+		must(kvt_submit(b, p, &x, 1, &o) >= 0);
+		t[i] = rte_get_tsc_cycles() - t0;
+		if (i % 4096 == 4095 || i == n - 1) {
+			must(kvt_wait(b, 10000000) == 0);
+			kvt_batch_reset(b);
+		}
+	}
+	qsort(t, n, sizeof(*t), cmp_u64);
+	*p50 = (double)t[n / 2] * 1e6 / (double)rte_get_tsc_hz();
+	kvt_batch_free(b);
+	free(t);
+}
+
 /* A bulk page list of this many 64-byte pages heads the batch in
  * poll_cost(): long enough to stay pending while the small ones pass. */
 #define HEAD_PAGES (16u << 20)
@@ -227,7 +265,7 @@ int
 main(int argc, char **argv)
 {
 	static uint8_t src[4096], dst[128 << 16];
-	unsigned int batch = 4096;
+	unsigned int batch = 4096, nsub = 0;
 	static const unsigned int npoll[] = { 1000, 10000, 30000 };
 	double secs = 2, raw, pipe, pipe2, p50, p99, pc[3];
 	int held[3];
@@ -245,11 +283,13 @@ main(int argc, char **argv)
 	argc -= ret;
 	argv += ret;
 	optind = 0;	/* after the engine's own parsing */
-	while ((opt = getopt(argc, argv, "s:b:")) != -1) {
+	while ((opt = getopt(argc, argv, "s:b:p:")) != -1) {
 		if (opt == 's')
 			secs = atof(optarg);
 		else if (opt == 'b')
 			batch = (unsigned int)atoi(optarg);
+		else if (opt == 'p')
+			nsub = (unsigned int)atoi(optarg);
 		else
 			return 2;
 	}
@@ -259,7 +299,7 @@ main(int argc, char **argv)
 	}
 	/* Park kvt's lcore while the bare ring owns that cpu. */
 	kvt_set_idle("sleep:1000");
-	raw = raw_ring_rate(secs);
+	raw = nsub == 0 ? raw_ring_rate(secs) : 0;
 	kvt_set_idle("spin");
 	kvt_mem_register(src, sizeof(src), NULL, 0);
 	kvt_mem_register(dst, sizeof(dst), NULL, KVT_MEM_REMOTE_WRITE);
@@ -270,6 +310,15 @@ main(int argc, char **argv)
 		fprintf(stderr, "kvt-pipebench: open self: %s\n",
 			rte_strerror(rte_errno));
 		return 1;
+	}
+	if (nsub != 0) {
+		submit_cost(p, src, dst, ft, nsub, &p50, &p99);
+		printf("kvt_submit of one 4 KiB write with a fence, %u times: p50 %.3f us, p99 %.3f us\n",
+		       nsub, p50, p99);
+		submit_cost_batched(p, src, dst, ft, nsub, &p50);
+		printf("the same, 4096 back to back into one batch: p50 %.3f us\n",
+		       p50);
+		goto out;
 	}
 	pipe = kvt_rate(p, src, dst, batch, 1, secs);
 	pipe2 = kvt_rate(p, src, dst, batch, 2, secs);
@@ -288,6 +337,7 @@ main(int argc, char **argv)
 	for (i = 0; i < 3; i++)
 		printf("kvt_poll behind a pending bulk submission, %u small ones streamed in: %.0f ns a call%s\n",
 		       npoll[i], pc[i], held[i] ? "" : " (the bulk one settled meanwhile)");
+out:
 	kvt_peer_close(p);
 	kvt_fence_table_destroy(ft);
 	kvt_fini();

@@ -278,6 +278,11 @@ class Batch(_Child):
             return _kvt.status(self._handle(), i)
         return _kvt.status(self._handle(), i, n)
 
+    def first_error(self, first, n):
+        """0 when requests [first, first+n) all succeeded, else the first
+        one's -errno (-EINPROGRESS: pending); one scan in C, no list."""
+        return _kvt.first_error(self._handle(), first, n)
+
     def check(self, first=0, n=None):
         """Raise OSError for the first failed request of [first, first+n)."""
         st = _kvt.first_error(self._handle(), first,

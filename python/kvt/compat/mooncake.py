@@ -799,14 +799,16 @@ class TransferEngine:
             b = self._batch(n)
             first = self._submit(b, op, target, bufs, peers, lens, note)
             self._settle(b)
-            st = b.status(first, n) if n > 1 else [b.status(first)]
+            # One scan in C; the statuses become Python objects only
+            # when one failed, for the message.
+            err = b.first_error(first, n)
         except (OSError, TypeError, ValueError) as e:
             log.error("transfer to %s: %s", target, e)
             return -1
-        bad = [s for s in st if s != 0]
-        if bad:
+        if err != 0:
+            bad = [s for s in b.status(first, n) if s != 0] if n > 1 else [err]
             log.error("transfer to %s: %d of %d requests failed: %s", target,
-                      len(bad), n, os.strerror(-bad[0]))
+                      len(bad), n, os.strerror(-err))
             return -1
         b.reset()
         return 0
