@@ -397,6 +397,14 @@ int kvt_poll(struct kvt_batch *batch);
 /**
  * Poll until every request settled or timeout_us passed.
  *
+ * It spins for 20 us, then yields the cpu; past 200 us it sleeps (a
+ * futex) until the lcore that settles one of the batch's submissions
+ * wakes it, or until the ports are about to want the slices their caps
+ * held back (kvt_wait() feeds them, as kvt_poll() does), 2 ms at most at
+ * a time.  While a submission's done word is due from a GPU (nvlink),
+ * which wakes no one, it yields instead.  An lcore makes a system call
+ * only for a waiter that sleeps.
+ *
  * @return 0 when all settled (each may have failed; see kvt_status()),
  *   -ETIMEDOUT, -EINVAL.
  */

@@ -9,6 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
+#include <linux/futex.h>
+#include <sys/syscall.h>
 
 #include <rte_cycles.h>
 #include <rte_errno.h>
@@ -16,6 +19,13 @@
 #include <rte_pause.h>
 
 #include "batch.h"
+
+/* kvt_wait(): yield this long, then sleep until woken, at most
+ * KVT_WAIT_NAP_US at a time. */
+#define KVT_WAIT_YIELD_US 200
+#define KVT_WAIT_NAP_US 2000
+/* Shorter than this: yield instead (a sleep costs a wake-up's latency). */
+#define KVT_WAIT_MIN_NAP_US 50
 
 static pthread_mutex_t batch_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct kvt_batch *batches;
@@ -40,6 +50,8 @@ finish(struct kvt_batch *b, struct kvt_sub *s)
 		__atomic_fetch_add(&s->peer->st.errors, 1, __ATOMIC_RELAXED);
 	}
 	b->open_reqs -= s->n;
+	if (s->mode == SUB_WHOLE)
+		b->whole_open--;
 	/* Its requests the lcores counted as they settled (a cancelled one
 	 * was not counted). */
 	if (s->mode == SUB_STRIPED && s->flags == 0)
@@ -143,12 +155,48 @@ kvt_batch_looked_at(const struct kvt_batch *b)
 	return b->looked_at;
 }
 
+void
+kvt_batch_wake(struct kvt_batch *b)
+{
+	if (__atomic_exchange_n(&b->sleeper, 0, __ATOMIC_SEQ_CST) != 0)
+		syscall(SYS_futex, &b->sleeper, FUTEX_WAKE_PRIVATE, 1,
+			NULL, NULL, 0);
+}
+
+/*
+ * How long kvt_wait() may sleep until an lcore wakes it, in us: not at
+ * all while a submission's done word is due from a device (it wakes no
+ * one) or one was seen settling without its done word yet (it follows
+ * at once); else as long as kvt_batch_pump() can wait.
+ */
+static uint64_t
+sleep_budget_us(const struct kvt_batch *b)
+{
+	if (b->whole_open != 0 || b->unsettled != NULL)
+		return 0;
+	return kvt_batch_pump_slack_us(b);
+}
+
+/* Sleep until an lcore settles a submission of b, at most us. */
+static void
+sleep_until_settled(struct kvt_batch *b, uint64_t us)
+{
+	struct timespec ts = { (time_t)(us / 1000000),
+			       (long)(us % 1000000) * 1000 };
+
+	__atomic_store_n(&b->sleeper, 1, __ATOMIC_SEQ_CST);
+	if (__atomic_load_n(&b->settled, __ATOMIC_SEQ_CST) == NULL)
+		syscall(SYS_futex, &b->sleeper, FUTEX_WAIT_PRIVATE, 1, &ts,
+			NULL, 0);
+	__atomic_store_n(&b->sleeper, 0, __ATOMIC_RELAXED);
+}
+
 int
 kvt_wait(struct kvt_batch *b, uint64_t timeout_us)
 {
 	struct timespec nap = { 0, 20000 };
 	uint64_t hz_us = rte_get_tsc_hz() / 1000000;
-	uint64_t start = rte_get_tsc_cycles(), el;
+	uint64_t start = rte_get_tsc_cycles(), el, us = 0;
 
 	if (!batch_ok(b))
 		return -EINVAL;
@@ -161,10 +209,18 @@ kvt_wait(struct kvt_batch *b, uint64_t timeout_us)
 			return -ETIMEDOUT;
 		/* Spin briefly for latency; then yield, so an lcore pinned to
 		 * this cpu runs as soon as its work wakes it (a spinning
-		 * waiter would hold it off for a time slice); after a long
-		 * wait, sleep. */
+		 * waiter would hold it off for a time slice); past
+		 * KVT_WAIT_YIELD_US sleep until the lcore that settles a
+		 * submission wakes this thread, or until the ports may want
+		 * more slices: many processes waiting on one host leave the
+		 * cpus to the lcores.  A sleep is bounded (KVT_WAIT_NAP_US). */
+		if (el >= KVT_WAIT_YIELD_US)
+			us = sleep_budget_us(b);
 		if (el < 20)
 			rte_pause();
+		else if (el >= KVT_WAIT_YIELD_US && us >= KVT_WAIT_MIN_NAP_US)
+			sleep_until_settled(b, RTE_MIN(RTE_MIN(timeout_us - el, us),
+						       (uint64_t)KVT_WAIT_NAP_US));
 		else if (el < 20000)
 			sched_yield();
 		else

@@ -151,6 +151,9 @@ struct kvt_batch {
 	struct kvt_desc *stash_tail;
 	uint64_t seq;
 	int claimed;		/* claims published since the last sync */
+	/* WHOLE submissions not finished: a device may store their done
+	 * word, and that wakes no sleeping kvt_wait(). */
+	uint32_t whole_open;
 	int zombie;		/* freed by the application */
 	struct kvt_arena *arena;	/* page lists' copies, until reset */
 	struct kvt_arena *arena_cur;
@@ -158,6 +161,7 @@ struct kvt_batch {
 	/* Written by the lcores, read by the application: a line apart. */
 	struct kvt_sub *settled __rte_cache_aligned;	/* stack, by lcores */
 	uint64_t settled_reqs;	/* striped, no tails: requests settled */
+	uint32_t sleeper;	/* futex word: 1 while kvt_wait() sleeps */
 };
 
 /*
@@ -237,8 +241,16 @@ usable_ports(const struct kvt_req *r, const struct kvt_peer *p)
 }
 
 
-/* Everything of s, tails too, settled: on the batch's settled stack,
- * then its done word (the last touch: s may be reused after it). */
+/* batch.c: wake the kvt_wait() asleep on b (a system call). */
+void kvt_batch_wake(struct kvt_batch *b);
+
+/*
+ * Everything of s, tails too, settled: on the batch's settled stack, a
+ * waiter asleep on the batch woken, then its done word (the last touch:
+ * s and its batch may be reused after it).  The push and the look at
+ * the sleeper word are sequentially consistent, as kvt_wait()'s store
+ * to it and look at the stack: one of the two sees the other.
+ */
 static inline void
 sub_settle(struct kvt_sub *s)
 {
@@ -248,13 +260,18 @@ sub_settle(struct kvt_sub *s)
 	do {
 		s->settled_next = top;
 	} while (!__atomic_compare_exchange_n(&b->settled, &top, s, true,
-					      __ATOMIC_RELEASE,
+					      __ATOMIC_SEQ_CST,
 					      __ATOMIC_RELAXED));
+	if (unlikely(__atomic_load_n(&b->sleeper, __ATOMIC_SEQ_CST) != 0))
+		kvt_batch_wake(b);
 	__atomic_store_n(&s->done, 1, __ATOMIC_RELEASE);
 }
 
 /* queue.c: queue what the batch's submissions still have to send. */
 void kvt_batch_pump(struct kvt_batch *b);
+/* queue.c: how long kvt_batch_pump() may wait without a port running
+ * dry, in us (UINT64_MAX: everything is queued; 0: not at all). */
+uint64_t kvt_batch_pump_slack_us(const struct kvt_batch *b);
 /* queue.c: a submission's tail descriptors (or its whole descriptor). */
 void kvt_sub_prepare(struct kvt_sub *s, const struct kvt_submit_opts *o);
 /* complete.c: STRIPED: every request settled; the tail goes out from

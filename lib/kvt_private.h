@@ -593,6 +593,9 @@ void kvt_claim_drop(struct kvt_claim *c);
 unsigned int kvt_stripe_pick(uint32_t mask, uint32_t len, uint64_t seq);
 /* The ports of mask that may take more slices now (below their cap). */
 uint32_t kvt_stripe_room(uint32_t mask);
+/* Every port of mask at its cap: microseconds until the first finishes
+ * what it holds, at its rate; else 0. */
+uint64_t kvt_stripe_drain_us(uint32_t mask);
 /* len bytes of slices left p, held of them striped (counted in its
  * in-flight bytes; an ORDERED submission's slices are not). */
 void kvt_stripe_account(struct kvt_port *p, uint32_t len, uint32_t held,

@@ -337,6 +337,24 @@ kvt_sub_cut(struct kvt_desc *cut, struct kvt_cursor *cur, struct kvt_desc **d,
 	return i;
 }
 
+uint64_t
+kvt_batch_pump_slack_us(const struct kvt_batch *b)
+{
+	const struct kvt_sub *s;
+
+	if (b->stash != NULL)
+		return 0;
+	if (b->pump == b->nsubs)
+		return UINT64_MAX;
+	/* Held back by the ports' caps: they hold work enough for a
+	 * while; the pump is wanted when the first one has half left. */
+	s = sub_at(b, b->pump);
+	if (s->mode != SUB_STRIPED || s->cur.left == 0)
+		return 0;
+	return kvt_stripe_drain_us(usable_ports(&b->req[s->cur.req],
+						s->peer)) / 2;
+}
+
 void
 kvt_batch_pump(struct kvt_batch *b)
 {

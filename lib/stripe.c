@@ -122,6 +122,24 @@ kvt_stripe_pick(uint32_t mask, uint32_t len, uint64_t seq)
 	return best;
 }
 
+uint64_t
+kvt_stripe_drain_us(uint32_t mask)
+{
+	uint64_t us = UINT64_MAX, q, rate;
+	const struct kvt_port *p;
+	uint32_t m;
+
+	for (m = mask; m != 0; m &= m - 1) {
+		p = kvt_eng->ports[__builtin_ctz(m)];
+		q = __atomic_load_n(&p->inflight_bytes, __ATOMIC_RELAXED);
+		rate = __atomic_load_n(&p->rate_bpus, __ATOMIC_RELAXED);
+		if (q < port_cap(p) || rate == 0)
+			return 0;	/* it takes more now, or is not measured */
+		us = RTE_MIN(us, q / rate);
+	}
+	return us == UINT64_MAX ? 0 : us;
+}
+
 /* Has p more work queued than it finishes in a moment (a few slices, or
  * half of what its cap lets it hold, for a port too slow to hold a few:
  * its rate could never be measured down otherwise)? */

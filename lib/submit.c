@@ -556,6 +556,8 @@ sub_commit(struct kvt_batch *b, struct kvt_sub *s, int ret, unsigned int tok)
 	}
 	b->used += s->n;
 	b->open_reqs += s->n;
+	if (s->mode == SUB_WHOLE)
+		b->whole_open++;
 	b->nsubs++;
 	if (n == 0 && s->mode == SUB_STRIPED) {
 		/* Only a fence and/or a notification: they go out now. */

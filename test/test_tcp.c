@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -509,4 +510,76 @@ Test(tcp, urgent_lane_served_first, .timeout = 120)
 	kvt_fini();
 	free(payload);
 	free(dst);
+}
+
+static double
+thread_cpu_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/*
+ * kvt_wait() leaves the cpu to the lcores: on a long transfer, striped
+ * over two ports (the waiter feeds the slices the ports' caps held back)
+ * and in order over one, the waiting thread sleeps until an lcore wakes
+ * it or the ports want more.  It used every cycle the scheduler gave it
+ * (sched_yield) for the first 20 ms of every wait; many processes
+ * waiting on one host then took the cpus from the lcores.
+ */
+Test(tcp, waiter_leaves_the_cpu, .timeout = 120)
+{
+	static const char *const opts[] = {
+		"--kvt-pmd tcp,ports=2 --kvt-nic lo", OPTS,
+	};
+	const uint64_t len = 64 * MiB;
+	struct kvt_xfer x[16];
+	struct kvt_batch *b;
+	struct kvt_peer *p;
+	struct tc_peer t;
+	double cpu, wall;
+	uint8_t *src;
+	uint64_t base, t0;
+	unsigned int i, k, round;
+
+	for (k = 0; k < 2; k++) {
+		cr_assert_geq(tc_engine_init(opts[k]), 0);
+		cr_assert_eq(tc_peer_start(&t, opts[k]), 0);
+		src = malloc(len);
+		cr_assert_not_null(kvt_mem_register(src, len, NULL, 0));
+		base = tc_peer_u64(&t, 0, "alloc 0 %" PRIu64 " rw", len);
+		p = tc_open_peer(&t);
+		b = kvt_batch_alloc(16);
+		cpu = wall = 0;
+		for (round = 0; round < 4; round++) {
+			tc_fill(src, len, round + 1);
+			for (i = 0; i < 16; i++)
+				x[i] = (struct kvt_xfer){ .op = KVT_OP_WRITE,
+					.local = src + i * (len / 16),
+					.remote = base + i * (len / 16),
+					.len = len / 16 };
+			t0 = tc_now_us();
+			cpu -= thread_cpu_s();
+			cr_assert_eq(kvt_submit(b, p, x, 16, NULL), 0);
+			cr_assert_eq(kvt_wait(b, 30000000), 0);
+			cpu += thread_cpu_s();
+			wall += (double)(tc_now_us() - t0) / 1e6;
+			for (i = 0; i < 16; i++)
+				cr_assert_eq(kvt_status(b, i), 0);
+			cr_assert_eq(kvt_batch_reset(b), 0);
+			cr_assert_eq(tc_peer_u64(&t, 16, "sum 0 0 %" PRIu64, len),
+				     tc_hash(src, len), "bytes damaged");
+		}
+		cr_log_info("%s: the waiting thread used %.0f ms of cpu in %.0f ms",
+			    opts[k], cpu * 1e3, wall * 1e3);
+		cr_assert_lt(cpu, 0.2 * wall, "%s: the waiter used %.0f %% of a cpu",
+			     opts[k], 100 * cpu / wall);
+		kvt_batch_free(b);
+		kvt_peer_close(p);
+		tc_peer_stop(&t);
+		kvt_fini();
+		free(src);
+	}
 }
