@@ -411,6 +411,19 @@ int kvt_poll(struct kvt_batch *batch);
 int kvt_wait(struct kvt_batch *batch, uint64_t timeout_us);
 
 /**
+ * Wait as kvt_wait() does, until request idx settled (or every request
+ * did) or timeout_us passed: for an application that notes each request
+ * as it settles.  A striped request without a fence or notification
+ * settles on its own and wakes a sleeping waiter; the others settle with
+ * their submission.
+ *
+ * @return 0 when it settled (it may have failed; see kvt_status()),
+ *   -ETIMEDOUT, -EINVAL (bad batch, idx not submitted).
+ */
+int kvt_wait_one(struct kvt_batch *batch, unsigned int idx,
+		 uint64_t timeout_us);
+
+/**
  * Status of request idx.
  *
  * A request that failed moved none, some or all of its bytes: its

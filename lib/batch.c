@@ -177,32 +177,43 @@ sleep_budget_us(const struct kvt_batch *b)
 	return kvt_batch_pump_slack_us(b);
 }
 
-/* Sleep until an lcore settles a submission of b, at most us. */
+/* Sleep until an lcore settles a submission or a request of b, at most
+ * us; seen: the batch's settled requests before the caller last looked. */
 static void
-sleep_until_settled(struct kvt_batch *b, uint64_t us)
+sleep_until_settled(struct kvt_batch *b, uint64_t seen, uint64_t us)
 {
 	struct timespec ts = { (time_t)(us / 1000000),
 			       (long)(us % 1000000) * 1000 };
 
 	__atomic_store_n(&b->sleeper, 1, __ATOMIC_SEQ_CST);
-	if (__atomic_load_n(&b->settled, __ATOMIC_SEQ_CST) == NULL)
+	if (__atomic_load_n(&b->settled, __ATOMIC_SEQ_CST) == NULL &&
+	    __atomic_load_n(&b->settled_reqs, __ATOMIC_SEQ_CST) == seen)
 		syscall(SYS_futex, &b->sleeper, FUTEX_WAIT_PRIVATE, 1, &ts,
 			NULL, 0);
 	__atomic_store_n(&b->sleeper, 0, __ATOMIC_RELAXED);
 }
 
-int
-kvt_wait(struct kvt_batch *b, uint64_t timeout_us)
+/* Is what wait_for() waits for there: every request (idx UINT32_MAX),
+ * or request idx? */
+static int
+waited_for(struct kvt_batch *b, uint32_t idx)
+{
+	kvt_batch_pump(b);
+	if (reap(b))
+		return 1;
+	return idx != UINT32_MAX && kvt_status(b, idx) != -EINPROGRESS;
+}
+
+static int
+wait_for(struct kvt_batch *b, uint32_t idx, uint64_t timeout_us)
 {
 	struct timespec nap = { 0, 20000 };
 	uint64_t hz_us = rte_get_tsc_hz() / 1000000;
-	uint64_t start = rte_get_tsc_cycles(), el, us = 0;
+	uint64_t start = rte_get_tsc_cycles(), el, us = 0, seen;
 
-	if (!batch_ok(b))
-		return -EINVAL;
 	for (;;) {
-		kvt_batch_pump(b);
-		if (reap(b))
+		seen = __atomic_load_n(&b->settled_reqs, __ATOMIC_ACQUIRE);
+		if (waited_for(b, idx))
 			return 0;
 		el = (rte_get_tsc_cycles() - start) / hz_us;
 		if (el >= timeout_us)
@@ -219,13 +230,30 @@ kvt_wait(struct kvt_batch *b, uint64_t timeout_us)
 		if (el < 20)
 			rte_pause();
 		else if (el >= KVT_WAIT_YIELD_US && us >= KVT_WAIT_MIN_NAP_US)
-			sleep_until_settled(b, RTE_MIN(RTE_MIN(timeout_us - el, us),
-						       (uint64_t)KVT_WAIT_NAP_US));
+			sleep_until_settled(b, seen,
+					    RTE_MIN(RTE_MIN(timeout_us - el, us),
+						    (uint64_t)KVT_WAIT_NAP_US));
 		else if (el < 20000)
 			sched_yield();
 		else
 			nanosleep(&nap, NULL);
 	}
+}
+
+int
+kvt_wait(struct kvt_batch *b, uint64_t timeout_us)
+{
+	if (!batch_ok(b))
+		return -EINVAL;
+	return wait_for(b, UINT32_MAX, timeout_us);
+}
+
+int
+kvt_wait_one(struct kvt_batch *b, unsigned int idx, uint64_t timeout_us)
+{
+	if (!batch_ok(b) || idx >= b->used)
+		return -EINVAL;
+	return wait_for(b, idx, timeout_us);
 }
 
 int

@@ -67,12 +67,19 @@ kvt_sub_tails_start(struct kvt_sub *s, unsigned int here)
 }
 
 /* Every byte of one of s's requests settled (done or failed) on port
- * `here`.  Counted for kvt_poll() before the submission's done word. */
+ * `here`.  Counted for kvt_poll() before the submission's done word, and
+ * a kvt_wait_one() asleep on the batch woken (the count and the look at
+ * the sleeper word are sequentially consistent, as the waiter's). */
 static void
 req_settled(struct kvt_sub *s, unsigned int here)
 {
-	if (s->flags == 0)
-		__atomic_fetch_add(&s->b->settled_reqs, 1, __ATOMIC_RELAXED);
+	struct kvt_batch *b = s->b;
+
+	if (s->flags == 0) {
+		__atomic_fetch_add(&b->settled_reqs, 1, __ATOMIC_SEQ_CST);
+		if (unlikely(__atomic_load_n(&b->sleeper, __ATOMIC_SEQ_CST) != 0))
+			kvt_batch_wake(b);
+	}
 	if (__atomic_sub_fetch(&s->pending, 1, __ATOMIC_ACQ_REL) == 0)
 		kvt_sub_tails_start(s, here);
 }

@@ -522,10 +522,11 @@ thread_cpu_s(void)
 }
 
 /*
- * kvt_wait() leaves the cpu to the lcores: on a long transfer, striped
- * over two ports (the waiter feeds the slices the ports' caps held back)
- * and in order over one, the waiting thread sleeps until an lcore wakes
- * it or the ports want more.  It used every cycle the scheduler gave it
+ * kvt_wait() and kvt_wait_one() leave the cpu to the lcores: on a long
+ * transfer, striped over two ports (the waiter feeds the slices the
+ * ports' caps held back; each request settles on its own and wakes
+ * kvt_wait_one()) and in order over one, the waiting thread sleeps until
+ * an lcore wakes it or the ports want more.  It used every cycle the scheduler gave it
  * (sched_yield) for the first 20 ms of every wait; many processes
  * waiting on one host then took the cpus from the lcores.
  */
@@ -563,11 +564,18 @@ Test(tcp, waiter_leaves_the_cpu, .timeout = 120)
 			t0 = tc_now_us();
 			cpu -= thread_cpu_s();
 			cr_assert_eq(kvt_submit(b, p, x, 16, NULL), 0);
+			/* Half the rounds note each request as it settles. */
+			for (i = 0; round % 2 == 1 && i < 16; i++) {
+				cr_assert_eq(kvt_wait_one(b, i, 30000000), 0);
+				cr_assert_neq(kvt_status(b, i), -EINPROGRESS);
+			}
 			cr_assert_eq(kvt_wait(b, 30000000), 0);
 			cpu += thread_cpu_s();
 			wall += (double)(tc_now_us() - t0) / 1e6;
 			for (i = 0; i < 16; i++)
 				cr_assert_eq(kvt_status(b, i), 0);
+			cr_assert_eq(kvt_wait_one(b, 16, 1000), -EINVAL,
+				     "a request never submitted");
 			cr_assert_eq(kvt_batch_reset(b), 0);
 			cr_assert_eq(tc_peer_u64(&t, 16, "sum 0 0 %" PRIu64, len),
 				     tc_hash(src, len), "bytes damaged");

@@ -57,23 +57,19 @@ kvfwd_wait_timed(struct worker *w, struct kvt_batch *b, unsigned int n,
 {
 	unsigned int cur = 0;
 	double deadline = t0 + (double)WAIT_US / 1e6;
-	int st;
-
-	struct timespec nap = { 0, 10000 };
 	double last = t0, now;
+	int st;
 
 	while (cur < n) {
 		kvt_poll(b);
 		now = kvfwd_now();
-		/* Spin briefly while completions come, then yield, so an
-		 * lcore pinned to this cpu runs at once when its work wakes
-		 * it (small boxes run everything on two cores); sleep only
-		 * after a long wait: a sleep costs the timer slack (50 us),
-		 * which a latency sample would show. */
-		if (now - last > 2e-3)
-			nanosleep(&nap, NULL);
-		else if (now - last > 20e-6)
-			sched_yield();
+		/* Spin briefly while completions come; then wait for the
+		 * next request in kvt_wait_one(), which yields, then sleeps
+		 * until the lcore that settles it wakes this thread: on a
+		 * host running many initiators the waiters leave the cpus
+		 * to the lcores. */
+		if (now - last > 20e-6 && cur < n)
+			kvt_wait_one(b, cur, 2000);
 		while (cur < n && (st = kvt_status(b, cur)) != -EINPROGRESS) {
 			last = now;
 			kvfwd_sample(&w->req, (kvfwd_now() - t0) * 1e6);
