@@ -9,9 +9,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <unistd.h>
-#include <linux/futex.h>
-#include <sys/syscall.h>
 
 #include <rte_cycles.h>
 #include <rte_errno.h>
@@ -153,14 +150,6 @@ uint64_t
 kvt_batch_looked_at(const struct kvt_batch *b)
 {
 	return b->looked_at;
-}
-
-void
-kvt_batch_wake(struct kvt_batch *b)
-{
-	if (__atomic_exchange_n(&b->sleeper, 0, __ATOMIC_SEQ_CST) != 0)
-		syscall(SYS_futex, &b->sleeper, FUTEX_WAKE_PRIVATE, 1,
-			NULL, NULL, 0);
 }
 
 /*

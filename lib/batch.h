@@ -45,6 +45,9 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <unistd.h>
+#include <linux/futex.h>
+#include <sys/syscall.h>
 
 #include <rte_branch_prediction.h>
 
@@ -241,8 +244,15 @@ usable_ports(const struct kvt_req *r, const struct kvt_peer *p)
 }
 
 
-/* batch.c: wake the kvt_wait() asleep on b (a system call). */
-void kvt_batch_wake(struct kvt_batch *b);
+/* Wake the kvt_wait() asleep on b (a system call; the lcores call it,
+ * the waiter's side is in batch.c). */
+static inline void
+kvt_batch_wake(struct kvt_batch *b)
+{
+	if (__atomic_exchange_n(&b->sleeper, 0, __ATOMIC_SEQ_CST) != 0)
+		syscall(SYS_futex, &b->sleeper, FUTEX_WAKE_PRIVATE, 1,
+			NULL, NULL, 0);
+}
 
 /*
  * Everything of s, tails too, settled: on the batch's settled stack, a
