@@ -394,8 +394,10 @@ Test(kvfwd, four_initiators_at_once, .timeout = 180)
 
 /*
  * The reverse of fan-in: one initiator writes to three targets at once
- * (--peer A,B,C, a thread each).  Every byte of the budget went, each
- * target took a part of it, and the parts add up.
+ * (--peer A,B,C, a thread each) for a while.  Each target took a part
+ * and the parts add up to what was moved.  (A byte budget would be
+ * shared by the threads: the first one started could spend it all
+ * before the others begin, as 24 MiB over shm in 4 ms once did.)
  */
 Test(kvfwd, one_initiator_three_targets, .timeout = 180)
 {
@@ -410,10 +412,10 @@ Test(kvfwd, one_initiator_three_targets, .timeout = 180)
 		tgt[i] = target_start("--buffer 8M", addr[i], sizeof(addr[i]),
 				      &lines[i]);
 	snprintf(list, sizeof(list), "%s,%s,%s", addr[0], addr[1], addr[2]);
-	snprintf(cmd, sizeof(cmd), KVT_OPTS " initiator --peer %s --threads 3 --total 24M --block 64K --batch 8 --json",
+	snprintf(cmd, sizeof(cmd), KVT_OPTS " initiator --peer %s --threads 3 --duration 0.5 --block 64K --batch 8 --json",
 		 list);
 	j = run_json(cmd, out, sizeof(out));
-	cr_assert_eq(jint(j, "bytes"), 24 << 20, "%s", out);
+	cr_assert_gt(jint(j, "bytes"), 0, "%s", out);
 	cr_assert_eq(jint(j, "errors"), 0);
 	tb = json_object_get(j, "target_bytes");
 	cr_assert(json_is_array(tb) && json_array_size(tb) == 3, "%s", out);
@@ -422,7 +424,8 @@ Test(kvfwd, one_initiator_three_targets, .timeout = 180)
 		cr_assert_gt(b, 0, "target %zu took nothing: %s", i, out);
 		sum += b;
 	}
-	cr_assert_eq(sum, 24 << 20, "the targets took %lld bytes", sum);
+	cr_assert_eq(sum, jint(j, "bytes"), "the targets took %lld of %lld bytes",
+		     sum, (long long)jint(j, "bytes"));
 	json_decref(j);
 	cr_assert_neq(run(KVT_OPTS " initiator --peer 127.0.0.1:1,127.0.0.1:2 --verify --total 1M",
 			  out, sizeof(out)), 0);
