@@ -164,7 +164,7 @@ struct kvt_batch {
 	/* Written by the lcores, read by the application: a line apart. */
 	struct kvt_sub *settled __rte_cache_aligned;	/* stack, by lcores */
 	uint64_t settled_reqs;	/* striped, no tails: requests settled */
-	uint32_t sleeper;	/* futex word: 1 while kvt_wait() sleeps */
+	uint32_t sleeper;	/* futex word: 1 while a kvt_wait*() sleeps */
 };
 
 /*
@@ -244,7 +244,7 @@ usable_ports(const struct kvt_req *r, const struct kvt_peer *p)
 }
 
 
-/* Wake the kvt_wait() asleep on b (a system call; the lcores call it,
+/* Wake the kvt_wait*() asleep on b (a system call; the lcores call it,
  * the waiter's side is in batch.c). */
 static inline void
 kvt_batch_wake(struct kvt_batch *b)

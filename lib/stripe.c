@@ -125,19 +125,21 @@ kvt_stripe_pick(uint32_t mask, uint32_t len, uint64_t seq)
 uint64_t
 kvt_stripe_drain_us(uint32_t mask)
 {
-	uint64_t us = UINT64_MAX, q, rate;
+	uint64_t us = UINT64_MAX, rate;
 	const struct kvt_port *p;
 	uint32_t m;
 
+	if (mask == 0 || kvt_stripe_room(mask) != 0)
+		return 0;	/* a port takes more now */
 	for (m = mask; m != 0; m &= m - 1) {
 		p = kvt_eng->ports[__builtin_ctz(m)];
-		q = __atomic_load_n(&p->inflight_bytes, __ATOMIC_RELAXED);
 		rate = __atomic_load_n(&p->rate_bpus, __ATOMIC_RELAXED);
-		if (q < port_cap(p) || rate == 0)
-			return 0;	/* it takes more now, or is not measured */
-		us = RTE_MIN(us, q / rate);
+		if (rate == 0)
+			return 0;	/* not measured: full at max cap */
+		us = RTE_MIN(us, __atomic_load_n(&p->inflight_bytes,
+						 __ATOMIC_RELAXED) / rate);
 	}
-	return us == UINT64_MAX ? 0 : us;
+	return us;
 }
 
 /* Has p more work queued than it finishes in a moment (a few slices, or

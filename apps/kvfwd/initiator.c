@@ -68,7 +68,7 @@ kvfwd_wait_timed(struct worker *w, struct kvt_batch *b, unsigned int n,
 		 * until the lcore that settles it wakes this thread: on a
 		 * host running many initiators the waiters leave the cpus
 		 * to the lcores. */
-		if (now - last > 20e-6 && cur < n)
+		if (now - last > 20e-6)
 			kvt_wait_one(b, cur, 2000);
 		while (cur < n && (st = kvt_status(b, cur)) != -EINPROGRESS) {
 			last = now;
