@@ -248,6 +248,12 @@ sock_stuck(const struct kvt_port *port, struct tcp_sock *s, uint64_t now)
 	const struct tcp_port *tp = port->priv;
 	uint32_t quiet_ms;
 
+	/* A turn reads the clock once, and the urgent lanes it serves
+	 * between two data sockets move the progress marks of sockets
+	 * further on past it: such a socket has just made progress (the
+	 * difference would wrap to a huge age). */
+	if (s->since > now)
+		return 0;
 	if (!s->authed)
 		return now - s->since > rte_get_tsc_hz() / 1000000 * TCP_HELLO_US ?
 			-ETIMEDOUT : 0;
