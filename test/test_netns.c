@@ -410,7 +410,7 @@ Test(netns, striping_follows_the_links, .timeout = 300, .fini = tc_cluster_down)
 	struct tc_host pre = { .name = "head" };
 	const uint64_t len = 512 * MiB;
 	const double limit = 40e6;	/* bytes/s on the limited link */
-	double share, secs, secs_fast, bytes, shares[3], mid;
+	double share, secs, secs_fast, bytes, shares[3], mid, mid_lo;
 	uint64_t base;
 	char buf[128];
 	int i;
@@ -426,7 +426,12 @@ Test(netns, striping_follows_the_links, .timeout = 300, .fini = tc_cluster_down)
 	 * serve one veth slower for a while (another process's traffic),
 	 * and striping rightly follows: each run within 30-70 %, the
 	 * middle one of three within 40-60 %.  (A loaded CI run saw one
-	 * 60.7 / 39.3 split in 0.17 s.) */
+	 * 60.7 / 39.3 split in 0.17 s.)  ThreadSanitizer-built engines are
+	 * bound by their cpu, not by the links, and which port the lcore
+	 * serves first shows in the split: there the middle run passes
+	 * down to a 2:1 split (CI: 39.3, 42.0, 38.4 % on kv1, where the
+	 * striping bug this guards against gave 21-28 %). */
+	mid_lo = tc_tsan_peers() ? 1.0 / 3 : 0.4;
 	for (i = 0; i < 3; i++) {
 		bytes = write_share(&pre, base, len, &share, &secs);
 		cr_log_info("equal links, run %d: kv1 carried %.1f %% of %.0f MiB in %.2f s",
@@ -437,8 +442,8 @@ Test(netns, striping_follows_the_links, .timeout = 300, .fini = tc_cluster_down)
 	}
 	mid = shares[0] + shares[1] + shares[2] - fmin(shares[0], fmin(shares[1], shares[2])) -
 	      fmax(shares[0], fmax(shares[1], shares[2]));
-	cr_assert(mid >= 0.4 && mid <= 0.6, "equal links: kv1's middle share %.1f %%",
-		  mid * 100);
+	cr_assert(mid >= mid_lo && mid <= 1 - mid_lo,
+		  "equal links: kv1's middle share %.1f %%", mid * 100);
 	secs_fast = secs;
 	/* kv1 limited to 40 MB/s. */
 	cr_assert_eq(tc_sh("ip netns exec %s-head tc qdisc add dev kv1 root tbf rate %.0fbit burst 256kb latency 50ms",
