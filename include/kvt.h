@@ -257,6 +257,21 @@ struct kvt_pages {
 	const uint32_t *remote_idx;	/**< n remote page numbers */
 };
 
+/**
+ * Blocks of any size at any address, as serving stacks list them (one
+ * entry per contiguous run of KV blocks, often over one tensor per
+ * layer): block k moves len[k] bytes between local[k] and remote[k].
+ * Three arrays, so that Python lists and numpy arrays convert in one
+ * pass.
+ */
+struct kvt_blocks {
+	uint32_t op;		/**< KVT_OP_READ or KVT_OP_WRITE */
+	uint32_t n;		/**< blocks, > 0 */
+	const uint64_t *local;	/**< n local addresses */
+	const uint64_t *remote;	/**< n remote addresses, the peer's */
+	const uint64_t *len;	/**< n lengths, each > 0 */
+};
+
 /** A remote fence slot and the room id to write there. */
 struct kvt_fence_ref {
 	uint64_t table;		/**< kvt_fence_table_handle() at the peer */
@@ -381,6 +396,45 @@ int kvt_submit(struct kvt_batch *batch, struct kvt_peer *peer,
 int kvt_submit_pages(struct kvt_batch *batch, struct kvt_peer *peer,
 		     const struct kvt_pages *pages,
 		     const struct kvt_submit_opts *opts);
+
+/**
+ * Submit a block list (struct kvt_blocks) as one submission with one
+ * status: its requests settle together, and kvt_status() of the index
+ * returned reports the list: 0 once every block moved, else the first
+ * error of any block.  The arrays are copied.
+ *
+ * Each run of consecutive blocks in one local and one remote region is
+ * one request (a batch slot): a list over one KV pool takes one slot, a
+ * list over L layer tensors one per change of tensor, and a batch needs
+ * room for n slots at worst.
+ *
+ * Cost model, per block: one bounds test against its run's regions (a
+ * region lookup only where a run begins), one write range for the
+ * overlap guard, and its slices (--kvt-slice; a block is never merged
+ * with the next) as descriptors on shm, tcp and rdma ports; nvlink takes
+ * the list as one descriptor into its gather kernel.  Compared with
+ * kvt_submit() of n requests it saves the request records, the statuses
+ * and their completion counts; compared with kvt_submit_pages() it
+ * stores 24 bytes per block instead of 8.
+ *
+ * Overlap guard, fence, notification and options as for kvt_submit().
+ *
+ * @return
+ *   Index of the list's first request in the batch, or:
+ *   - -EINVAL: bad batch, peer, op, n 0, an array NULL, a block of
+ *     length 0 or whose end overflows, bad options.
+ *   - -EFAULT: block k (named in the log) is not inside one registered
+ *     local region.
+ *   - -ERANGE: block k is not inside one region the peer exports.
+ *   - -ENOSPC: the batch has no slot for the list's next run.
+ *   - -EPERM, -ENOENT, -EBUSY, -EHOSTUNREACH, -ECONNRESET, -ENOTSUP,
+ *     -ENODEV: as for kvt_submit().
+ *   - -ENOMEM: no memory for the copy of the arrays.
+ *   On any error nothing is queued.
+ */
+int kvt_submit_blocks(struct kvt_batch *batch, struct kvt_peer *peer,
+		      const struct kvt_blocks *blocks,
+		      const struct kvt_submit_opts *opts);
 
 /**
  * Make progress and count the requests not yet settled.  It neither locks

@@ -216,6 +216,19 @@ struct kvt_xpages {
 };
 
 /**
+ * A block list (kvt_submit_blocks()) as ports read it: blocks
+ * first[i] .. first[i + 1] - 1 make request i (one local and one remote
+ * region), block k moving len[k] bytes between local[k] and remote[k].
+ */
+struct kvt_xblocks {
+	const uint64_t *local;
+	const uint64_t *remote;	/**< in the peer's address space */
+	const uint64_t *len;
+	const uint32_t *first;	/**< requests + 1 entries */
+	uint32_t n;		/**< blocks */
+};
+
+/**
  * A whole submission (KVT_DESC_SUB, desc->data points here).  The port
  * carries out every request, then the fence, then the notification, then
  * stores 1 in *done (release; the memory devices registered that memory
@@ -230,6 +243,10 @@ struct kvt_subinfo {
 	/** Non-NULL: the submission is one page list; req 0 holds the bases
 	 *  (local, remote: page 0) and len = n * page_size. */
 	const struct kvt_xpages *pages;
+	/** Non-NULL: the submission is one block list, request i holding
+	 *  the blocks blocks->first[i] .. (its local and remote: block
+	 *  first[i]'s; len: their sum). */
+	const struct kvt_xblocks *blocks;
 	void *cuda_event;	/**< wait for it before reading sources */
 	const struct kvt_rmem *fence_rm;	/**< NULL: no fence */
 	uint64_t fence_addr;

@@ -1,8 +1,10 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Batches and submissions, shared by the four files that handle them:
- *   submit.c    validation, overlap claims, the page-list arena (the
- *               application thread, kvt_submit());
+ *   submit.c    validation, overlap claims, the opening and committing
+ *               of a submission (the application thread, kvt_submit());
+ *   submit_list.c  page and block lists, and the arena their copies
+ *               live in (kvt_submit_pages(), kvt_submit_blocks());
  *   queue.c     slicing, striping and queueing to the lcores (any
  *               thread that drives the batch: submit, poll, wait; an
  *               ORDERED submission's slices on its lcore);
@@ -63,6 +65,8 @@
 enum { SUB_STRIPED, SUB_ORDERED, SUB_WHOLE };
 #define SUB_F_FENCE 0x1
 #define SUB_F_NOTIFY 0x2
+/* A block list: its requests settle together, with one status. */
+#define SUB_F_LIST 0x4
 
 enum { TAIL_FENCE, TAIL_NOTIFY, TAIL_DONE };
 
@@ -116,6 +120,7 @@ struct kvt_sub {
 	uint32_t fence_mask;
 	uint32_t notify_len;
 	const struct kvt_xpages *pages;	/* a page list (one request) */
+	const struct kvt_xblocks *blocks;	/* a block list */
 	/* Slices not queued yet (an ORDERED one's lcore cuts from a copy). */
 	struct kvt_cursor cur;
 	/* Written by the lcores as it settles (and set at submit): a line
@@ -290,6 +295,41 @@ void kvt_sub_tails_start(struct kvt_sub *s, unsigned int here);
 /* submit.c: add delta to the in-flight counts of what s uses. */
 void kvt_sub_refs_add(struct kvt_batch *b, struct kvt_sub *s, int64_t delta);
 /* submit.c: the page-list arena, emptied on reset, freed with the batch. */
+/* Submission steps the list submissions share with kvt_submit()
+ * (submit.c): open a submission of nslots requests; check the options;
+ * find the regions of a request; record a request; choose the mode;
+ * claim write ranges; take references and queue (or undo on ret < 0). */
+int kvt_sub_open(struct kvt_batch *b, struct kvt_peer *p, unsigned int nslots,
+		 struct kvt_sub **out);
+int kvt_sub_check_opts(struct kvt_peer *p, const struct kvt_submit_opts *o,
+		       struct kvt_sub *s);
+int kvt_sub_resolve(struct kvt_peer *p, uint32_t op, const void *local,
+		    uint64_t llen, uint64_t remote, uint64_t rlen,
+		    const char *what, struct kvt_req *r);
+void kvt_sub_req_fill(struct kvt_sub *s, struct kvt_req *r, uint32_t op,
+		      void *local, uint64_t remote, uint64_t len);
+int kvt_sub_mode(struct kvt_batch *b, struct kvt_sub *s,
+		 const struct kvt_submit_opts *o);
+int kvt_sub_claim_ranges(struct kvt_batch *b, struct kvt_sub *s,
+			 struct kvt_range *r, struct kvt_range *tmp,
+			 unsigned int n, int sorted);
+int kvt_sub_commit(struct kvt_batch *b, struct kvt_sub *s, int ret,
+		   unsigned int tok);
+/* Is [a, a + len) inside [base, base + blen)? */
+static inline int
+kvt_inside(uintptr_t a, uint64_t len, uintptr_t base, uint64_t blen)
+{
+	return a >= base && a - base < blen && len <= blen - (a - base);
+}
+
+/* Slices of a request of len bytes at --kvt-slice. */
+static inline uint64_t
+kvt_slices_of(uint64_t len)
+{
+	return len <= kvt_eng->o.slice ? 1 :
+		(len + kvt_eng->o.slice - 1) / kvt_eng->o.slice;
+}
+
 void kvt_arena_reset(struct kvt_batch *b);
 void kvt_arena_free(struct kvt_batch *b);
 

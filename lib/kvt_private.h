@@ -105,11 +105,12 @@ void kvt_rcu_synchronize(void);
 /* ------------------------------------------------------------------ */
 
 /* Where a submission's next slice starts: its request, the offset in
- * it, and the slices not cut yet. */
+ * it (in a block list: in block blk), and the slices not cut yet. */
 struct kvt_cursor {
 	uint64_t off;
 	uint64_t left;
 	uint32_t req;
+	uint32_t blk;
 };
 
 struct kvt_lcore {

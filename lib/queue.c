@@ -83,21 +83,25 @@ enqueue(struct kvt_batch *b, enum kvt_prio prio, struct kvt_desc **d,
 	return b->stash == NULL;
 }
 
-/* The next slice of s, from cur, at most max bytes, into d. */
+/* Where the slice at cur (at most *len bytes) starts, and its length:
+ * a slice never crosses a page or a block (they are scattered). */
 static void
-fill_slice(struct kvt_batch *b, struct kvt_sub *s, struct kvt_cursor *cur,
-	   uint32_t max, struct kvt_desc *d)
+slice_at(const struct kvt_sub *s, const struct kvt_req *r,
+	 const struct kvt_cursor *cur, uint32_t *len, struct kvt_desc *d)
 {
-	struct kvt_req *r = &b->req[cur->req];
-	uint64_t left = r->x.len - cur->off, page, in, ps;
-	uint32_t len = (uint32_t)RTE_MIN(left, (uint64_t)max);
+	const struct kvt_xblocks *xb = s->blocks;
+	uint64_t page, in, ps;
 
-	if (s->pages != NULL) {
-		/* A slice never crosses a page: pages are scattered. */
+	if (xb != NULL) {
+		*len = (uint32_t)RTE_MIN((uint64_t)*len,
+					 xb->len[cur->blk] - cur->off);
+		d->local = (uint8_t *)(uintptr_t)xb->local[cur->blk] + cur->off;
+		d->remote = xb->remote[cur->blk] + cur->off;
+	} else if (s->pages != NULL) {
 		ps = s->pages->page_size;
 		page = cur->off / ps;
 		in = cur->off % ps;
-		len = (uint32_t)RTE_MIN((uint64_t)len, ps - in);
+		*len = (uint32_t)RTE_MIN((uint64_t)*len, ps - in);
 		d->local = r->x.local + (uint64_t)s->pages->local_idx[page] * ps + in;
 		d->remote = r->x.remote + (uint64_t)s->pages->remote_idx[page] * ps +
 			in;
@@ -105,6 +109,39 @@ fill_slice(struct kvt_batch *b, struct kvt_sub *s, struct kvt_cursor *cur,
 		d->local = r->x.local + cur->off;
 		d->remote = r->x.remote + cur->off;
 	}
+}
+
+/* Move cur past a slice of len bytes of request r. */
+static void
+cursor_step(const struct kvt_sub *s, const struct kvt_req *r,
+	    struct kvt_cursor *cur, uint32_t len)
+{
+	const struct kvt_xblocks *xb = s->blocks;
+
+	cur->left--;
+	cur->off += len;
+	if (xb != NULL) {
+		if (cur->off < xb->len[cur->blk])
+			return;
+		cur->off = 0;
+		cur->blk++;
+		if (cur->blk == xb->first[cur->req - s->first + 1])
+			cur->req++;
+	} else if (cur->off == r->x.len) {
+		cur->req++;
+		cur->off = 0;
+	}
+}
+
+/* The next slice of s, from cur, at most max bytes, into d. */
+static void
+fill_slice(struct kvt_batch *b, struct kvt_sub *s, struct kvt_cursor *cur,
+	   uint32_t max, struct kvt_desc *d)
+{
+	struct kvt_req *r = &b->req[cur->req];
+	uint32_t len = (uint32_t)RTE_MIN(r->x.len - cur->off, (uint64_t)max);
+
+	slice_at(s, r, cur, &len, d);
 	/* Only the descriptor's first cache line is written here: the
 	 * class is the lcore's to write (take(), kvt_sub_cut()). */
 	d->op = r->x.op == KVT_OP_READ ? KVT_DESC_READ : KVT_DESC_WRITE;
@@ -127,12 +164,7 @@ fill_slice(struct kvt_batch *b, struct kvt_sub *s, struct kvt_cursor *cur,
 	d->lm = r->x.lm;
 	d->rm = r->x.rm;
 	d->owner = r;
-	cur->left--;
-	cur->off += len;
-	if (cur->off == r->x.len) {
-		cur->req++;
-		cur->off = 0;
-	}
+	cursor_step(s, r, cur, len);
 }
 
 /* One of the submission's own descriptors (its tails, or its whole
@@ -164,6 +196,7 @@ whole_prepare(struct kvt_sub *s, const struct kvt_submit_opts *o)
 	si->stride = sizeof(struct kvt_req);
 	si->cuda_event = o->cuda_event;
 	si->pages = s->pages;
+	si->blocks = s->blocks;
 	if (s->flags & SUB_F_FENCE) {
 		si->fence_rm = &s->fence_ri->rm;
 		si->fence_addr = o->fence.table + (uint64_t)o->fence.slot * 8;

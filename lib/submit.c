@@ -56,21 +56,16 @@ topo_masks(const struct kvt_lmem *lm, uint32_t base, uint32_t *mask,
 	}
 }
 
-static inline int
-inside(uintptr_t a, uint64_t len, uintptr_t base, uint64_t blen)
-{
-	return a >= base && a - base < blen && len <= blen - (a - base);
-}
-
 /*
  * The regions of a request: local [local, +llen) inside one registered
  * region, remote [remote, +rlen) inside one the peer exports for op, and
  * the ports that reach the peer for them.  what names the request in
  * refusals.
  */
-static int
-resolve(struct kvt_peer *p, uint32_t op, const void *local, uint64_t llen,
-	uint64_t remote, uint64_t rlen, const char *what, struct kvt_req *r)
+int
+kvt_sub_resolve(struct kvt_peer *p, uint32_t op, const void *local,
+		uint64_t llen, uint64_t remote, uint64_t rlen, const char *what,
+		struct kvt_req *r)
 {
 	struct kvt_mem *m;
 	struct kvt_rimp *ri;
@@ -100,9 +95,9 @@ resolve(struct kvt_peer *p, uint32_t op, const void *local, uint64_t llen,
 	return 0;
 }
 
-static void
-req_fill(struct kvt_sub *s, struct kvt_req *r, uint32_t op, void *local,
-	 uint64_t remote, uint64_t len)
+void
+kvt_sub_req_fill(struct kvt_sub *s, struct kvt_req *r, uint32_t op,
+		 void *local, uint64_t remote, uint64_t len)
 {
 	r->x.op = op;
 	if (op == KVT_OP_WRITE)
@@ -128,9 +123,9 @@ check_xfer(struct kvt_sub *s, struct kvt_peer *p, const struct kvt_xfer *x,
 		return KVT_REFUSE(EINVAL, "submit: xfer %u: op %u, len %" PRIu64 ": invalid",
 				  i, x->op, x->len);
 	if (lk->m != NULL && lk->ri != NULL &&
-	    inside((uintptr_t)x->local, x->len, (uintptr_t)lk->m->lm.addr,
-		   lk->m->lm.len) &&
-	    inside(x->remote, x->len, lk->ri->rm.base, lk->ri->rm.len) &&
+	    kvt_inside((uintptr_t)x->local, x->len,
+		       (uintptr_t)lk->m->lm.addr, lk->m->lm.len) &&
+	    kvt_inside(x->remote, x->len, lk->ri->rm.base, lk->ri->rm.len) &&
 	    (x->op == KVT_OP_WRITE ? (lk->ri->rm.flags & KVT_MEM_REMOTE_WRITE) :
 	     (lk->ri->rm.flags & KVT_MEM_REMOTE_READ))) {
 		r->x.lm = &lk->m->lm;
@@ -141,7 +136,8 @@ check_xfer(struct kvt_sub *s, struct kvt_peer *p, const struct kvt_xfer *x,
 		char what[24];
 
 		snprintf(what, sizeof(what), "xfer %u", i);
-		ret = resolve(p, x->op, x->local, x->len, x->remote, x->len, what, r);
+		ret = kvt_sub_resolve(p, x->op, x->local, x->len, x->remote,
+				      x->len, what, r);
 		if (ret < 0)
 			return ret;
 		lk->m = req_mem(r);
@@ -149,15 +145,14 @@ check_xfer(struct kvt_sub *s, struct kvt_peer *p, const struct kvt_xfer *x,
 		lk->mask = r->mask;
 		lk->fallback = r->fallback;
 	}
-	s->cur.left += x->len <= kvt_eng->o.slice ? 1 :
-		(x->len + kvt_eng->o.slice - 1) / kvt_eng->o.slice;
-	req_fill(s, r, x->op, x->local, x->remote, x->len);
+	s->cur.left += kvt_slices_of(x->len);
+	kvt_sub_req_fill(s, r, x->op, x->local, x->remote, x->len);
 	return 0;
 }
 
-static int
-check_opts(struct kvt_peer *p, const struct kvt_submit_opts *o,
-	   struct kvt_sub *s)
+int
+kvt_sub_check_opts(struct kvt_peer *p, const struct kvt_submit_opts *o,
+		   struct kvt_sub *s)
 {
 	const struct kvt_fence_ref *f = &o->fence;
 	struct kvt_rimp *ri;
@@ -239,9 +234,10 @@ sort_ranges(struct kvt_range *r, struct kvt_range *tmp, unsigned int n)
  * Claim write ranges r[0..n) (tmp: scratch of n for sorting); they stay
  * referenced until the submission finishes.  @return 0 or -EBUSY.
  */
-static int
-claim_ranges(struct kvt_batch *b, struct kvt_sub *s, struct kvt_range *r,
-	     struct kvt_range *tmp, unsigned int n, int sorted)
+int
+kvt_sub_claim_ranges(struct kvt_batch *b, struct kvt_sub *s,
+		     struct kvt_range *r, struct kvt_range *tmp, unsigned int n,
+		     int sorted)
 {
 	unsigned int i, start;
 	int ret;
@@ -298,89 +294,7 @@ claim_writes(struct kvt_batch *b, struct kvt_sub *s)
 			sorted = 0;
 		n++;
 	}
-	return claim_ranges(b, s, r, b->ranges_tmp, n, sorted);
-}
-
-/* ---- the page-list arena ---- */
-
-struct arena_mark {
-	struct kvt_arena *chunk;
-	size_t used;
-};
-
-static void *
-arena_alloc(struct kvt_batch *b, size_t len)
-{
-	struct kvt_arena *c, **pp;
-	size_t cap;
-	void *p;
-
-	len = RTE_ALIGN_CEIL(len, RTE_CACHE_LINE_SIZE);
-	for (c = b->arena_cur; c != NULL; c = c->next) {
-		if (c->cap - c->used >= len) {
-			p = c->data + c->used;
-			c->used += len;
-			b->arena_cur = c;
-			return p;
-		}
-	}
-	cap = RTE_MAX(len, (size_t)ARENA_MIN);
-	c = aligned_alloc(RTE_CACHE_LINE_SIZE,
-			  RTE_ALIGN_CEIL(sizeof(*c) + cap, RTE_CACHE_LINE_SIZE));
-	if (c == NULL)
-		return NULL;
-	c->next = NULL;
-	c->cap = cap;
-	c->used = len;
-	for (pp = &b->arena; *pp != NULL; pp = &(*pp)->next)
-		;
-	*pp = c;
-	b->arena_cur = c;
-	return c->data;
-}
-
-static struct arena_mark
-arena_mark(const struct kvt_batch *b)
-{
-	struct arena_mark m = { b->arena_cur, b->arena_cur ? b->arena_cur->used : 0 };
-
-	return m;
-}
-
-/* Give back what was taken since mark (a refused submission). */
-static void
-arena_release(struct kvt_batch *b, struct arena_mark m)
-{
-	struct kvt_arena *c;
-
-	for (c = m.chunk != NULL ? m.chunk->next : b->arena; c != NULL;
-	     c = c->next)
-		c->used = 0;
-	if (m.chunk != NULL)
-		m.chunk->used = m.used;
-	b->arena_cur = m.chunk != NULL ? m.chunk : b->arena;
-}
-
-void
-kvt_arena_reset(struct kvt_batch *b)
-{
-	struct kvt_arena *c;
-
-	for (c = b->arena; c != NULL; c = c->next)
-		c->used = 0;
-	b->arena_cur = b->arena;
-}
-
-void
-kvt_arena_free(struct kvt_batch *b)
-{
-	struct kvt_arena *c;
-
-	while ((c = b->arena) != NULL) {
-		b->arena = c->next;
-		free(c);
-	}
-	b->arena_cur = NULL;
+	return kvt_sub_claim_ranges(b, s, r, b->ranges_tmp, n, sorted);
 }
 
 static struct kvt_sub *
@@ -488,9 +402,9 @@ choose_mode(struct kvt_batch *b, struct kvt_sub *s)
 }
 
 /* Checks every submission passes, then a fresh submission of nslots. */
-static int
-sub_open(struct kvt_batch *b, struct kvt_peer *p, unsigned int nslots,
-	 struct kvt_sub **out)
+int
+kvt_sub_open(struct kvt_batch *b, struct kvt_peer *p, unsigned int nslots,
+	     struct kvt_sub **out)
 {
 	struct kvt_sub *s;
 
@@ -522,9 +436,9 @@ sub_open(struct kvt_batch *b, struct kvt_peer *p, unsigned int nslots,
  * lines the lcore used last go out together and the first atomic after
  * them waits for all at once.  @return 0, or -ENOTSUP.
  */
-static int
-sub_mode(struct kvt_batch *b, struct kvt_sub *s,
-	 const struct kvt_submit_opts *o)
+int
+kvt_sub_mode(struct kvt_batch *b, struct kvt_sub *s,
+	     const struct kvt_submit_opts *o)
 {
 	choose_mode(b, s);
 	if (o->cuda_event != NULL && s->mode != SUB_WHOLE)
@@ -537,8 +451,9 @@ sub_mode(struct kvt_batch *b, struct kvt_sub *s,
  * Validation is over (ret), inside the RCU section tok: take references,
  * and queue.  @return the first slot, or ret.
  */
-static int
-sub_commit(struct kvt_batch *b, struct kvt_sub *s, int ret, unsigned int tok)
+int
+kvt_sub_commit(struct kvt_batch *b, struct kvt_sub *s, int ret,
+	       unsigned int tok)
 {
 	unsigned int n = s->n;
 
@@ -588,12 +503,12 @@ kvt_submit(struct kvt_batch *b, struct kvt_peer *p, const struct kvt_xfer *xf,
 		return KVT_REFUSE(EINVAL, "submit: no request, fence or notification");
 	/* Before the first store: the lock's barrier waits for nothing. */
 	tok = kvt_rcu_read_lock();
-	ret = sub_open(b, p, n, &s);
+	ret = kvt_sub_open(b, p, n, &s);
 	if (ret < 0) {
 		kvt_rcu_read_unlock(tok);
 		return ret;
 	}
-	ret = check_opts(p, o, s);
+	ret = kvt_sub_check_opts(p, o, s);
 	for (i = 0; i < n && ret == 0; i++) {
 		struct kvt_req *r = &b->req[b->used + i];
 
@@ -607,139 +522,8 @@ kvt_submit(struct kvt_batch *b, struct kvt_peer *p, const struct kvt_xfer *xf,
 		}
 	}
 	if (ret == 0)
-		ret = sub_mode(b, s, o);
+		ret = kvt_sub_mode(b, s, o);
 	if (ret == 0 && !(o->flags & KVT_SUBMIT_ALLOW_OVERLAP))
 		ret = claim_writes(b, s);
-	return sub_commit(b, s, ret, tok);
-}
-
-/*
- * The span of page numbers each side uses, as byte offsets from page 0:
- * [*llo, *lhi) and [*rlo, *rhi).  @return 0, or -EINVAL on overflow.
- */
-static int
-pages_span(const struct kvt_pages *pg, uint64_t *llo, uint64_t *lhi,
-	   uint64_t *rlo, uint64_t *rhi)
-{
-	uint32_t lmin = UINT32_MAX, lmax = 0, rmin = UINT32_MAX, rmax = 0, k;
-	uint64_t end;
-
-	for (k = 0; k < pg->n; k++) {
-		lmin = RTE_MIN(lmin, pg->local_idx[k]);
-		lmax = RTE_MAX(lmax, pg->local_idx[k]);
-		rmin = RTE_MIN(rmin, pg->remote_idx[k]);
-		rmax = RTE_MAX(rmax, pg->remote_idx[k]);
-	}
-	if (__builtin_mul_overflow((uint64_t)lmax + 1, pg->page_size, lhi) ||
-	    __builtin_mul_overflow((uint64_t)rmax + 1, pg->page_size, rhi) ||
-	    __builtin_mul_overflow((uint64_t)pg->n, pg->page_size, &end) ||
-	    __builtin_add_overflow((uint64_t)(uintptr_t)pg->local, *lhi, &end) ||
-	    __builtin_add_overflow(pg->remote, *rhi, &end))
-		return -EINVAL;
-	*llo = (uint64_t)lmin * pg->page_size;
-	*rlo = (uint64_t)rmin * pg->page_size;
-	return 0;
-}
-
-/* Write ranges of a page list, one per page, kept in the arena. */
-static int
-claim_pages(struct kvt_batch *b, struct kvt_sub *s, const struct kvt_req *q)
-{
-	const struct kvt_xpages *xp = s->pages;
-	struct kvt_range *r, *tmp;
-	uint32_t k;
-	int sorted = 1;
-
-	r = arena_alloc(b, (size_t)xp->n * sizeof(*r));
-	tmp = arena_alloc(b, (size_t)xp->n * sizeof(*tmp));
-	if (r == NULL || tmp == NULL)
-		return -ENOMEM;
-	for (k = 0; k < xp->n; k++) {
-		r[k].lo = q->x.remote + (uint64_t)xp->remote_idx[k] * xp->page_size;
-		r[k].hi = r[k].lo + xp->page_size;
-		r[k].ri = req_rimp(q);
-		if (k > 0 && r[k - 1].lo > r[k].lo)
-			sorted = 0;
-	}
-	return claim_ranges(b, s, r, tmp, xp->n, sorted);
-}
-
-/* The submission's own copy of the page list. */
-static struct kvt_xpages *
-pages_copy(struct kvt_batch *b, const struct kvt_pages *pg)
-{
-	size_t idx = (size_t)pg->n * sizeof(uint32_t);
-	struct kvt_xpages *xp;
-	uint32_t *li, *ri;
-
-	xp = arena_alloc(b, sizeof(*xp));
-	li = arena_alloc(b, idx);
-	ri = arena_alloc(b, idx);
-	if (xp == NULL || li == NULL || ri == NULL)
-		return NULL;
-	memcpy(li, pg->local_idx, idx);
-	memcpy(ri, pg->remote_idx, idx);
-	xp->local_idx = li;
-	xp->remote_idx = ri;
-	xp->n = pg->n;
-	xp->page_size = pg->page_size;
-	return xp;
-}
-
-int
-kvt_submit_pages(struct kvt_batch *b, struct kvt_peer *p,
-		 const struct kvt_pages *pg, const struct kvt_submit_opts *opts)
-{
-	static const struct kvt_submit_opts none;
-	const struct kvt_submit_opts *o = opts != NULL ? opts : &none;
-	uint64_t llo, lhi, rlo, rhi, per_page, slice;
-	struct arena_mark mark;
-	struct kvt_sub *s;
-	struct kvt_req *r;
-	unsigned int tok;
-	int ret;
-
-	if (kvt_eng == NULL)
-		return -ENODEV;
-	if (!batch_ok(b) || !kvt_peer_valid(p) || pg == NULL)
-		return KVT_REFUSE(EINVAL, "submit: bad batch, peer or page list");
-	if ((pg->op != KVT_OP_READ && pg->op != KVT_OP_WRITE) || pg->n == 0 ||
-	    pg->page_size == 0 || pg->local_idx == NULL || pg->remote_idx == NULL)
-		return KVT_REFUSE(EINVAL, "submit: page list: op %u, %u pages of %" PRIu64 " bytes: invalid",
-				  pg->op, pg->n, pg->page_size);
-	if (pages_span(pg, &llo, &lhi, &rlo, &rhi) < 0)
-		return KVT_REFUSE(EINVAL, "submit: page list: a page address overflows");
-	ret = sub_open(b, p, 1, &s);
-	if (ret < 0)
-		return ret;
-	mark = arena_mark(b);
-	s->pages = pages_copy(b, pg);
-	if (s->pages == NULL) {
-		arena_release(b, mark);
-		return -ENOMEM;
-	}
-	r = &b->req[b->used];
-	tok = kvt_rcu_read_lock();
-	ret = check_opts(p, o, s);
-	if (ret == 0)
-		ret = resolve(p, pg->op, (uint8_t *)pg->local + llo, lhi - llo,
-			      pg->remote + rlo, rhi - rlo, "page list", r);
-	if (ret == 0) {
-		req_fill(s, r, pg->op, pg->local, pg->remote,
-			 (uint64_t)pg->n * pg->page_size);
-		slice = kvt_eng->o.slice;
-		per_page = (pg->page_size + slice - 1) / slice;
-		s->cur.left = (uint64_t)pg->n * per_page;
-		s->all_mask = r->mask;
-		s->m1 = req_mem(r);
-		s->ri1 = req_rimp(r);
-		ret = sub_mode(b, s, o);
-		if (ret == 0 && pg->op == KVT_OP_WRITE &&
-		    !(o->flags & KVT_SUBMIT_ALLOW_OVERLAP))
-			ret = claim_pages(b, s, r);
-	}
-	ret = sub_commit(b, s, ret, tok);
-	if (ret < 0)
-		arena_release(b, mark);
-	return ret;
+	return kvt_sub_commit(b, s, ret, tok);
 }

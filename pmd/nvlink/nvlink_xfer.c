@@ -148,8 +148,9 @@ res_reap(struct nv_port *np)
 }
 
 /*
- * A submission for a resident kernel: at most one request (or only a
- * fence), of at most NV_RES_MAX bytes, not waiting for a source event.
+ * A submission for a resident kernel: at most one request, page or block
+ * (or only a fence), of at most NV_RES_MAX bytes, not waiting for a
+ * source event.
  */
 static int
 res_fits(const struct nv_port *np, const struct kvt_subinfo *si)
@@ -162,6 +163,8 @@ res_fits(const struct nv_port *np, const struct kvt_subinfo *si)
 		return 1;
 	if (si->pages != NULL)
 		return si->pages->n == 1 && si->pages->page_size <= NV_RES_MAX;
+	if (si->blocks != NULL && si->blocks->n > 1)
+		return 0;
 	len = kvt_subinfo_req(si, 0)->len;
 	return len <= NV_RES_MAX;
 }
@@ -282,6 +285,26 @@ copy_pages(struct nv_port *np, const struct nv_plan *plan, struct nv_lane *l,
 	return ret;
 }
 
+/* The blocks of request i of a block list (request x) on lane l. */
+static int
+copy_blocks(struct nv_port *np, const struct nv_plan *plan, struct nv_lane *l,
+	    const struct kvt_xreq *x, const struct kvt_xblocks *xb, uint32_t i,
+	    const struct nv_rmem *r, uint32_t *ntask)
+{
+	uint64_t lp, rp;
+	uint32_t k;
+	int ret = 0;
+
+	for (k = xb->first[i]; k < xb->first[i + 1] && ret == 0; k++) {
+		lp = xb->local[k];
+		rp = (uintptr_t)r->base + (xb->remote[k] - x->rm->base);
+		ret = x->op == KVT_OP_WRITE ?
+			copy_add(np, plan, l, lp, rp, xb->len[k], ntask) :
+			copy_add(np, plan, l, rp, lp, xb->len[k], ntask);
+	}
+	return ret;
+}
+
 /*
  * One pass over the requests: copy-engine copies are issued at once on
  * their lane; the small ones of the first lane become gather tasks for
@@ -319,6 +342,8 @@ issue_copies(struct nv_port *np, struct kvt_port *port,
 		r = x->rm->key[port->id];
 		if (si->pages != NULL) {
 			ret = copy_pages(np, plan, l, x, si->pages, r, ntask);
+		} else if (si->blocks != NULL) {
+			ret = copy_blocks(np, plan, l, x, si->blocks, i, r, ntask);
 		} else {
 			rp = r->base + (x->remote - x->rm->base);
 			src = x->op == KVT_OP_WRITE ? (uintptr_t)x->local : (uintptr_t)rp;
