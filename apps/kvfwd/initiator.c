@@ -140,19 +140,30 @@ shuffled(uint64_t n, unsigned int seed)
 	return p;
 }
 
-/* --pages: blocks [next, next + n) of the share, as one page list. */
+/* --pages, --list: blocks [next, next + n) of the share, as one page
+ * list, or one block list (col: 3 * n scratch numbers). */
 static int
 submit_list(struct worker *w, struct kvt_batch *b, uint8_t *local,
-	    const uint32_t *order,
-	    uint32_t *li, uint32_t *ri, uint64_t first, uint64_t next,
-	    unsigned int n)
+	    const uint32_t *order, uint32_t *li, uint32_t *ri, uint64_t *col,
+	    uint64_t first, uint64_t next, unsigned int n)
 {
 	const struct kvfwd_opts *o = w->sh->o;
 	struct kvt_pages pg = { .op = o->op, .n = n, .page_size = o->block,
 				.local = local, .remote = w->dest->rbase,
 				.local_idx = li, .remote_idx = ri };
+	struct kvt_blocks bl = { .op = o->op, .n = n, .local = col,
+				 .remote = col + n, .len = col + 2 * n };
 	unsigned int i;
 
+	if (o->pages == KVFWD_BLOCKS) {
+		for (i = 0; i < n; i++) {
+			col[i] = (uintptr_t)local + (uint64_t)i * o->block;
+			col[n + i] = w->dest->rbase +
+				(first + order[next + i]) * o->block;
+			col[2 * n + i] = o->block;
+		}
+		return kvt_submit_blocks(b, w->dest->peer, &bl, &w->sh->po);
+	}
 	for (i = 0; i < n; i++) {
 		li[i] = i;
 		ri[i] = (uint32_t)(first + order[next + i]);
@@ -213,14 +224,16 @@ plain_worker(void *arg)
 	struct kvt_xfer *x = calloc(o->batch, sizeof(*x));
 	struct inflight *fl = calloc(o->depth, sizeof(*fl)), *f;
 	uint32_t *li = NULL, *ri = NULL, *order = NULL;
+	uint64_t *col = NULL;
 	unsigned int n, i, k = 0;
 	int ret;
 
 	if (o->pages) {
 		li = calloc(o->batch, sizeof(*li));
 		ri = calloc(o->batch, sizeof(*ri));
+		col = calloc(3 * (size_t)o->batch, sizeof(*col));
 		order = shuffled(share, w->id + 1);
-		if (li == NULL || ri == NULL || order == NULL)
+		if (li == NULL || ri == NULL || col == NULL || order == NULL)
 			sh->failed = 1;
 	}
 	for (i = 0; fl != NULL && i < o->depth; i++) {
@@ -245,7 +258,7 @@ plain_worker(void *arg)
 			f->first = first;
 			f->order = order + next;
 			ret = submit_list(w, f->b, f->local, order, li, ri,
-					  first, next, n);
+					  col, first, next, n);
 		} else {
 			for (i = 0; i < n; i++)
 				x[i] = (struct kvt_xfer){ .op = o->op,
@@ -275,6 +288,7 @@ plain_worker(void *arg)
 	free(x);
 	free(li);
 	free(ri);
+	free(col);
 	free(order);
 	return NULL;
 }

@@ -19,6 +19,10 @@ enum kvfwd_mode {
 #define KVFWD_EXIT_USAGE 2	/* bad options or sizes */
 #define KVFWD_EXIT_PEER 3	/* peer unreachable or unsuitable */
 
+/* kvfwd_opts.pages: what one list of a batch is. */
+#define KVFWD_PAGES 1		/* --pages: kvt_submit_pages() */
+#define KVFWD_BLOCKS 2		/* --list: kvt_submit_blocks() */
+
 struct kvfwd_opts {
 	enum kvfwd_mode mode;
 	char peer[128];
@@ -34,7 +38,7 @@ struct kvfwd_opts {
 	uint64_t buffer;
 	int fence;
 	int verify;
-	int pages;		/* a batch is one page list */
+	int pages;		/* a batch is one list: KVFWD_PAGES, KVFWD_BLOCKS */
 	int baseline;
 	int json;
 	char transport[64];

@@ -48,6 +48,8 @@ usage(FILE *f)
 "  --pages                each batch is one page list (kvt_submit_pages) of\n"
 "                         --batch pages of --block bytes, scattered over the\n"
 "                         target buffer; latency/req is then per list\n"
+"  --list                 the same as one block list (kvt_submit_blocks):\n"
+"                         addresses and lengths, as serving stacks pass them\n"
 "  --fence                every request carries a fence with a room id\n"
 "  --priority CLASS       urgent, normal or bulk: the class of every\n"
 "                         request (normal)\n"
@@ -102,7 +104,7 @@ parse_size(const char *s, uint64_t *out)
 enum {
 	O_PEER = 256, O_OP, O_BLOCK, O_BATCH, O_DEPTH, O_THREADS, O_TOTAL, O_DURATION,
 	O_SRC, O_DST, O_BUFFER, O_TRANSPORT, O_SLICE, O_NIC, O_FENCE,
-	O_VERIFY, O_BASELINE, O_BASELINE_TO, O_JSON, O_FAULT, O_HELP, O_PAGES,
+	O_VERIFY, O_BASELINE, O_BASELINE_TO, O_JSON, O_FAULT, O_HELP, O_PAGES, O_LIST,
 	O_PRIORITY, O_MIXED, O_MIXED_EVERY, O_INITIATORS, O_START_AT,
 	O_BASELINE_ONLY,
 };
@@ -124,6 +126,7 @@ static const struct option long_opts[] = {
 	{ "nic", required_argument, NULL, O_NIC },
 	{ "fence", no_argument, NULL, O_FENCE },
 	{ "pages", no_argument, NULL, O_PAGES },
+	{ "list", no_argument, NULL, O_LIST },
 	{ "verify", no_argument, NULL, O_VERIFY },
 	{ "baseline", no_argument, NULL, O_BASELINE },
 	{ "baseline-to", required_argument, NULL, O_BASELINE_TO },
@@ -263,7 +266,10 @@ parse_opts(struct kvfwd_opts *o, struct args *a, int argc, char **argv)
 			o->fence = 1;
 			break;
 		case O_PAGES:
-			o->pages = 1;
+			o->pages = KVFWD_PAGES;
+			break;
+		case O_LIST:
+			o->pages = KVFWD_BLOCKS;
 			break;
 		case O_VERIFY:
 			o->verify = 1;
@@ -330,7 +336,7 @@ parse_opts(struct kvfwd_opts *o, struct args *a, int argc, char **argv)
 	if (o->verify && o->op == KVT_OP_WRITE)
 		o->fence = 1;
 	if (o->pages && o->fence) {
-		fprintf(stderr, "kvfwd: --pages measures plain runs: not with --fence or --verify\n");
+		fprintf(stderr, "kvfwd: --pages and --list measure plain runs: not with --fence or --verify\n");
 		return -1;
 	}
 	if (o->mixed && (o->fence || o->pages || o->op == KVT_OP_READ)) {

@@ -602,6 +602,8 @@ static PyMethodDef methods[] = {
 	  "(batch, peer, op, local, remote, length, flags, fence, note) -> first" },
 	{ "submit_pages", py_submit_pages, METH_VARARGS,
 	  "(batch, peer, op, page_size, local, remote, local_idx, remote_idx, flags, fence, note) -> index" },
+	{ "submit_blocks", py_submit_blocks, METH_VARARGS,
+	  "(batch, peer, op, local, remote, length, flags, fence, note) -> index" },
 	{ "xfer_sync", py_xfer_sync, METH_VARARGS,
 	  "(batch, peer, op, local, remote, length, timeout_us) -> status" },
 	{ "poll", py_poll, METH_VARARGS, "(batch) -> pending" },

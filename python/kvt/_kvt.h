@@ -68,6 +68,7 @@ PyObject *py_fence_wait(PyObject *self, PyObject *args);
 PyObject *py_first_error(PyObject *self, PyObject *args);
 PyObject *py_poll(PyObject *self, PyObject *args);
 PyObject *py_status(PyObject *self, PyObject *args);
+PyObject *py_submit_blocks(PyObject *self, PyObject *args);
 PyObject *py_submit(PyObject *self, PyObject *args);
 PyObject *py_submit_pages(PyObject *self, PyObject *args);
 PyObject *py_wait(PyObject *self, PyObject *args);

@@ -118,6 +118,50 @@ opts_put(Py_buffer *nb)
 }
 
 /*
+ * The local, remote and length columns of a submission, of one length *n
+ * (an int stands for itself, repeated; all ints: *n is 1).
+ * @return 0, or -1 with an exception set.
+ */
+static int
+columns_get(PyObject *ol, PyObject *or_, PyObject *on, struct column c[3],
+	    Py_ssize_t *n)
+{
+	static const char *const name[3] = { "local", "remote", "length" };
+	PyObject *o[3] = { ol, or_, on };
+	int i, k;
+
+	*n = 1;
+	for (i = 0; i < 3; i++) {
+		if (column_get(o[i], &c[i], 1, 0, name[i]) < 0) {
+			while (i-- > 0)
+				column_put(&c[i]);
+			return -1;
+		}
+	}
+	for (i = 2; i >= 0; i--)
+		if (!c[i].is_scalar)
+			*n = c[i].n;
+	for (k = 0; k < 3; k++) {
+		if (!c[k].is_scalar && c[k].n != *n) {
+			PyErr_Format(PyExc_ValueError,
+				     "local, remote and length arrays differ in length");
+			for (i = 0; i < 3; i++)
+				column_put(&c[i]);
+			return -1;
+		}
+	}
+	return 0;
+}
+
+static void
+columns_put(struct column c[3])
+{
+	column_put(&c[2]);
+	column_put(&c[1]);
+	column_put(&c[0]);
+}
+
+/*
  * submit(batch, peer, op, locals, remotes, lens, flags, fence, note)
  * locals/remotes: an int or an array; lens: an int or an array.
  * -> index of the first request.
@@ -126,10 +170,10 @@ PyObject *
 py_submit(PyObject *self, PyObject *args)
 {
 	PyObject *ol, *or_, *on, *flags, *fence, *note;
-	struct column cl, cr, cn;
 	struct kvt_submit_opts o;
 	struct kvt_xfer one, *x = &one;
-	Py_ssize_t n = 1, i;
+	struct column c[3];
+	Py_ssize_t n, i;
 	unsigned int op;
 	Py_buffer nb;
 	void *b, *p;
@@ -139,26 +183,10 @@ py_submit(PyObject *self, PyObject *args)
 	if (!PyArg_ParseTuple(args, "O&O&IOOOOOO", handle_arg, &b, handle_arg, &p,
 			      &op, &ol, &or_, &on, &flags, &fence, &note))
 		return NULL;
-	if (column_get(ol, &cl, 1, 0, "local") < 0)
+	if (columns_get(ol, or_, on, c, &n) < 0)
 		return NULL;
-	if (column_get(or_, &cr, 1, 0, "remote") < 0)
-		goto put_l;
-	if (column_get(on, &cn, 1, 0, "length") < 0)
-		goto put_r;
-	if (!cl.is_scalar)
-		n = cl.n;
-	else if (!cr.is_scalar)
-		n = cr.n;
-	else if (!cn.is_scalar)
-		n = cn.n;
-	if ((!cl.is_scalar && cl.n != n) || (!cr.is_scalar && cr.n != n) ||
-	    (!cn.is_scalar && cn.n != n)) {
-		PyErr_Format(PyExc_ValueError,
-			     "local, remote and length arrays differ in length");
-		goto put_n;
-	}
 	if (opts_get(flags, fence, note, &o, &nb) < 0)
-		goto put_n;
+		goto put_c;
 	if (n > 1) {
 		x = malloc((size_t)n * sizeof(*x));
 		if (x == NULL) {
@@ -170,27 +198,102 @@ py_submit(PyObject *self, PyObject *args)
 	Py_BEGIN_ALLOW_THREADS
 	for (i = 0; i < n; i++)
 		x[i] = (struct kvt_xfer){ .op = op,
-			.local = (void *)(uintptr_t)column_at(&cl, i),
-			.remote = column_at(&cr, i), .len = column_at(&cn, i) };
+			.local = (void *)(uintptr_t)column_at(&c[0], i),
+			.remote = column_at(&c[1], i), .len = column_at(&c[2], i) };
 	ret = kvt_submit(b, p, x, (unsigned int)n, &o);
 	Py_END_ALLOW_THREADS
 	if (x != &one)
 		free(x);
 	opts_put(&nb);
-	column_put(&cn);
-	column_put(&cr);
-	column_put(&cl);
+	columns_put(c);
 	if (ret < 0)
 		return raise_errno(ret, "kvt_submit");
 	return PyLong_FromLong(ret);
 put_o:
 	opts_put(&nb);
-put_n:
-	column_put(&cn);
-put_r:
-	column_put(&cr);
-put_l:
-	column_put(&cl);
+put_c:
+	columns_put(c);
+	return NULL;
+}
+
+/* Column c as n numbers: its own array (a sequence converted, a uint64
+ * buffer), or *tmp filled with its one int. */
+static const uint64_t *
+column_array(const struct column *c, Py_ssize_t n, uint64_t **tmp)
+{
+	Py_ssize_t i;
+
+	if (c->owned != NULL)
+		return c->owned;
+	if (!c->is_scalar)
+		return c->view.buf;
+	*tmp = malloc((size_t)n * sizeof(**tmp));
+	if (*tmp == NULL)
+		return NULL;
+	for (i = 0; i < n; i++)
+		(*tmp)[i] = c->scalar;
+	return *tmp;
+}
+
+/*
+ * submit_blocks(batch, peer, op, locals, remotes, lens, flags, fence,
+ * note): one block list (kvt_submit_blocks()), its columns converted in
+ * one pass each (a uint64 buffer is used as it is).
+ * -> index of the list (its status is the list's).
+ */
+PyObject *
+py_submit_blocks(PyObject *self, PyObject *args)
+{
+	PyObject *ol, *or_, *on, *flags, *fence, *note;
+	uint64_t *tmp[3] = { NULL, NULL, NULL };
+	struct kvt_submit_opts o;
+	struct kvt_blocks bl;
+	struct column c[3];
+	unsigned int op;
+	Py_buffer nb;
+	Py_ssize_t n;
+	void *b, *p;
+	int ret;
+
+	(void)self;
+	if (!PyArg_ParseTuple(args, "O&O&IOOOOOO", handle_arg, &b, handle_arg, &p,
+			      &op, &ol, &or_, &on, &flags, &fence, &note))
+		return NULL;
+	if (columns_get(ol, or_, on, c, &n) < 0)
+		return NULL;
+	if (n > UINT32_MAX) {
+		PyErr_Format(PyExc_ValueError, "%zd blocks: too many for one list", n);
+		goto put_c;
+	}
+	if (opts_get(flags, fence, note, &o, &nb) < 0)
+		goto put_c;
+	bl = (struct kvt_blocks){ .op = op, .n = (uint32_t)n,
+		.local = column_array(&c[0], n, &tmp[0]),
+		.remote = column_array(&c[1], n, &tmp[1]),
+		.len = column_array(&c[2], n, &tmp[2]) };
+	if (bl.local == NULL || bl.remote == NULL || bl.len == NULL) {
+		PyErr_NoMemory();
+		goto put_o;
+	}
+	msg_clear();
+	Py_BEGIN_ALLOW_THREADS
+	ret = kvt_submit_blocks(b, p, &bl, &o);
+	Py_END_ALLOW_THREADS
+	free(tmp[0]);
+	free(tmp[1]);
+	free(tmp[2]);
+	opts_put(&nb);
+	columns_put(c);
+	if (ret < 0)
+		return raise_errno(ret, "kvt_submit_blocks");
+	return PyLong_FromLong(ret);
+put_o:
+	free(tmp[0]);
+	free(tmp[1]);
+	free(tmp[2]);
+	opts_put(&nb);
+put_c:
+	columns_put(c);
 	return NULL;
 }
 

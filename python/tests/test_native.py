@@ -99,6 +99,67 @@ result = bool((dst[:n * ps] == src[:n * ps]).all())
 
 
 @pytest.mark.parametrize("pmds", PMDS, ids=lambda p: p[0])
+@pytest.mark.parametrize("kind", ["list", "uint64"])
+def test_block_lists(nodes, pmds, kind):
+    """Blocks of mixed sizes from two registered arrays, scattered over the
+    target, as one block list with one status: every byte lands and comes
+    back; a bad block in the middle refuses the list and moves nothing."""
+    t, addr, base, _ = target(nodes, pmds)
+    i = initiator(nodes, pmds)
+    assert i.run("""
+peer = eng.open_peer(%r)
+n, slot = 3000, 16384
+lens = rng.integers(1, slot + 1, n).astype(np.uint64)
+lens[::7] = 1
+lens[::11] = slot
+src[:] = rng.integers(0, 256, src.size, dtype=np.uint8)
+dst[:] = rng.integers(0, 256, dst.size, dtype=np.uint8)
+orig = [src.copy(), dst.copy()]
+# Runs of five blocks alternate between the two arrays.
+which = (np.arange(n) // 5) %% 2
+off = np.arange(n, dtype=np.uint64) * np.uint64(slot)
+loc = np.where(which == 0, np.uint64(src.ctypes.data),
+               np.uint64(dst.ctypes.data)).astype(np.uint64) + off
+perm = rng.permutation(n).astype(np.uint64)
+rem = np.uint64(%d) + perm * np.uint64(slot)
+conv = (lambda a: [int(x) for x in a]) if %r == "list" else (lambda a: a)
+b = eng.batch(n)
+k = b.write_blocks(peer, conv(loc), conv(rem), conv(lens))
+b.wait(60)
+ok = [b.status(k) == 0]
+b.reset()
+src[:] = 0
+dst[:] = 0
+k = b.read_blocks(peer, conv(loc), conv(rem), conv(lens))
+b.wait(60)
+ok.append(b.status(k) == 0)
+arrs = [src, dst]
+for j in range(n):
+    a, o, ln = which[j], int(off[j]), int(lens[j])
+    if not (arrs[a][o:o + ln] == orig[a][o:o + ln]).all():
+        ok.append(j)
+        break
+result = ok
+""" % (addr, base, kind)) == [True, True]
+    before = t.run("result = hex(hash(buf.tobytes()))")
+    for bad, err in (("loc", errno.EFAULT), ("rem", errno.ERANGE)):
+        with pytest.raises(NodeError) as e:
+            i.run("""
+stray = np.zeros(1 << 20, dtype=np.uint8)
+l2, r2 = loc.copy(), rem.copy()
+if %r == "loc":
+    l2[n // 2] = stray.ctypes.data
+else:
+    r2[n // 2] = 4096
+b.reset()
+b.write_blocks(peer, conv(l2), conv(r2), conv(lens))
+""" % bad)
+        assert e.value.errno == err
+        assert i.run("result = b.poll()") == 0
+    assert t.run("result = hex(hash(buf.tobytes()))") == before
+
+
+@pytest.mark.parametrize("pmds", PMDS, ids=lambda p: p[0])
 def test_fence_and_notification(nodes, pmds):
     t, addr, base, ft = target(nodes, pmds)
     i = initiator(nodes, pmds)

@@ -718,14 +718,20 @@ class TransferEngine:
         return b
 
     def _submit(self, b, op, target, bufs, peers, lens, note):
-        """Submit, waiting out overlapping writes in flight; the first
-        index.  Entries of this one call that write the same bytes go
-        together (their order among themselves is undefined, as in
-        Mooncake): only other calls' writes are waited for."""
+        """Submit, waiting out overlapping writes in flight; the index of
+        its one status (a list of blocks is one submission).  Entries of
+        this one call that write the same bytes go together (their order
+        among themselves is undefined, as in Mooncake): only other calls'
+        writes are waited for."""
         peer = self._peer(target)
-        fn = b.write if op == kvt.OP_WRITE else b.read
+        many = not isinstance(lens, int)
+        # A list is one submission with one status (kvt_submit_blocks).
+        if many:
+            fn = b.write_blocks if op == kvt.OP_WRITE else b.read_blocks
+        else:
+            fn = b.write if op == kvt.OP_WRITE else b.read
         own = None
-        if op == kvt.OP_WRITE and not isinstance(lens, int):
+        if op == kvt.OP_WRITE and many:
             def own():
                 return _overlapping(peers, lens)
 
@@ -799,16 +805,13 @@ class TransferEngine:
             b = self._batch(n)
             first = self._submit(b, op, target, bufs, peers, lens, note)
             self._settle(b)
-            # One scan in C; the statuses become Python objects only
-            # when one failed, for the message.
-            err = b.first_error(first, n)
+            err = b.status(first)
         except (OSError, TypeError, ValueError) as e:
             log.error("transfer to %s: %s", target, e)
             return -1
         if err != 0:
-            bad = [s for s in b.status(first, n) if s != 0] if n > 1 else [err]
-            log.error("transfer to %s: %d of %d requests failed: %s", target,
-                      len(bad), n, os.strerror(-err))
+            log.error("transfer to %s of %d block(s) failed: %s", target, n,
+                      os.strerror(-err))
             return -1
         b.reset()
         return 0
@@ -883,7 +886,7 @@ class TransferEngine:
         except (OSError, TypeError, ValueError) as e:
             log.error("transfer to %s: %s", target, e)
             return 0
-        entry = _Async(b, first, n)
+        entry = _Async(b, first, min(n, 1))
         with self._async_lock:
             bid = self._next_id
             self._next_id += 1

@@ -18,15 +18,13 @@ What the agent does on kvt:
   bytes blob exchanged out of band, as in NIXL; it carries the agent's
   name and kvt address, and kvt's own handshake brings the regions.
 - A prepared transfer (``make_prepped_xfer``) moves its descriptor pairs
-  as page lists (``kvt_submit_pages``: one request per run of equal pages
-  between two registered regions, which the NVLink gather kernel takes
-  whole), else as one list of requests; its notification is sent once
-  every byte landed, and arrives exactly once (kvt's promise, stronger
-  than NIXL's).
+  as one block list (``kvt_submit_blocks``: one submission with one
+  status, which the NVLink gather kernel takes whole); its notification
+  is sent once every byte landed, and arrives exactly once (kvt's
+  promise, stronger than NIXL's).
 - ``check_xfer_state`` answers "DONE", "PROC" or "ERR"; a failed request
   leaves no byte to land later (kvt.h).
 """
-import bisect
 import errno
 import json
 import logging
@@ -341,7 +339,7 @@ class nixl_agent:
             x.batch = self._take_batch(len(x.pairs) + 1)
             x.note_first = None
             try:
-                _submit(x, self._regions)
+                _submit(x)
             except OSError as e:
                 log.error("transfer %d to %s refused: %s", handle, x.remote, e)
                 x.state = "ERR"
@@ -488,48 +486,10 @@ def _note(sender, msg):
     return note
 
 
-def _submit(x, regions):
-    """Queue a transfer's pairs: runs of equal pages between two regions
-    (regions: the agent's, kvt.Region by address) as page lists, the rest
-    as one list of requests."""
-    if len(x.pairs) == 1:
-        # One block: one request (no page list to find).
-        move = x.batch.write if x.op == kvt.OP_WRITE else x.batch.read
-        move(x.peer, *x.pairs[0])
-        return
-    local = _Regions([(r.addr, r.length) for r in regions.values()])
-    remote = _Regions([(r["base"], r["len"]) for r in x.peer.regions()])
-    groups, rest = {}, []
-    for la, ra, n in x.pairs:
-        lb, rb = local.base_of(la, n), remote.base_of(ra, n)
-        if lb is None or rb is None or (la - lb) % n or (ra - rb) % n:
-            rest.append((la, ra, n))
-            continue
-        groups.setdefault((lb, rb, n), []).append(((la - lb) // n, (ra - rb) // n))
-    fn = x.batch.write_pages if x.op == kvt.OP_WRITE else x.batch.read_pages
-    for (lb, rb, n), idx in groups.items():
-        if len(idx) == 1:
-            rest.append((lb + idx[0][0] * n, rb + idx[0][1] * n, n))
-            continue
-        fn(x.peer, n, lb, rb, [i for i, _ in idx], [j for _, j in idx])
-    if rest:
-        move = x.batch.write if x.op == kvt.OP_WRITE else x.batch.read
-        move(x.peer, [p[0] for p in rest], [p[1] for p in rest],
-             [p[2] for p in rest])
-
-
-class _Regions:
-    """Sorted (base, len) of registered regions, to find the one holding
-    a range."""
-
-    def __init__(self, spans):
-        self.spans = sorted(spans)
-        self.bases = [s[0] for s in self.spans]
-
-    def base_of(self, addr, n):
-        k = bisect.bisect_right(self.bases, addr) - 1
-        if k < 0:
-            return None
-        base, ln = self.spans[k]
-        return base if addr + n <= base + ln else None
-
+def _submit(x):
+    """Queue a transfer's pairs as one block list (kvt_submit_blocks): one
+    submission with one status, its rows converted in C."""
+    move = x.batch.write_blocks if x.op == kvt.OP_WRITE else \
+        x.batch.read_blocks
+    local, remote, lens = zip(*x.pairs)
+    move(x.peer, local, remote, lens)
