@@ -66,9 +66,10 @@ peer_sum(struct tc_peer *t, uint64_t off, uint64_t len)
 	return strtoull(buf, NULL, 16);
 }
 
-/* Our engine on GPU 0, a kvt-testpeer whose buffer is on GPU 1. */
+/* Our engine on GPU 0, a kvt-testpeer whose buffer is on GPU dev. */
 static struct kvt_peer *
-setup(struct tc_peer *t, uint64_t len, uint8_t **local, uint64_t *remote)
+setup_on(struct tc_peer *t, uint64_t len, uint8_t **local, uint64_t *remote,
+	 int dev)
 {
 	struct kvt_peer *p;
 
@@ -77,10 +78,17 @@ setup(struct tc_peer *t, uint64_t len, uint8_t **local, uint64_t *remote)
 	*local = kvt_mem_alloc(len, "cuda:0");
 	cr_assert_not_null(*local, "cuda:0 alloc: %s", rte_strerror(rte_errno));
 	cr_assert_not_null(kvt_mem_register(*local, len, "cuda:0", 0));
-	*remote = tc_peer_u64(t, 0, "calloc 0 %" PRIu64 " rw 1", len);
+	*remote = tc_peer_u64(t, 0, "calloc 0 %" PRIu64 " rw %d", len, dev);
 	p = kvt_peer_open(t->addr, 10000);
 	cr_assert_not_null(p, "open: %s", rte_strerror(rte_errno));
 	return p;
+}
+
+/* Our engine on GPU 0, a kvt-testpeer whose buffer is on GPU 1. */
+static struct kvt_peer *
+setup(struct tc_peer *t, uint64_t len, uint8_t **local, uint64_t *remote)
+{
+	return setup_on(t, len, local, remote, 1);
 }
 
 #endif
@@ -227,6 +235,85 @@ Test(nvlink, page_list_with_fence, .timeout = 300)
 	kvt_batch_free(b);
 	free(li);
 	free(ri);
+	kvt_peer_close(p);
+	tc_peer_stop(&t);
+	kvt_fini();
+#endif
+}
+
+
+/*
+ * A block list over two local tensors (runs of 1 to 5 blocks from each in
+ * turn), blocks of 1 byte to 64 KiB scattered over the peer's buffer
+ * (GPU 1, or GPU 0 in the other process), a fence after it: the gather
+ * kernel takes the list whole.  Every block checked, then read back.
+ */
+Test(nvlink, block_list_two_tensors, .timeout = 300)
+{
+	need_gpus(1);
+#ifdef KVT_HAVE_CUDA
+	static const uint64_t sizes[] = { 4096, 1, 5000, 65536, 300, 16384 };
+	const uint32_t n = 2048;
+	const uint64_t slot = 65536, len = n * slot;
+	struct kvt_submit_opts o = { .flags = KVT_SUBMIT_FENCE };
+	uint64_t *loc = calloc(n, 8), *rem = calloc(n, 8), *ln = calloc(n, 8);
+	struct kvt_blocks bl = { .op = KVT_OP_WRITE, .n = n, .local = loc,
+				 .remote = rem, .len = ln };
+	uint8_t *local[2];
+	struct kvt_batch *b;
+	struct tc_peer t;
+	struct kvt_peer *p;
+	uint64_t remote, ft, h[2048];
+	uint32_t k, left = 0, which = 0;
+	char buf[64];
+	int ndev = tc_cuda_devices(buf, sizeof(buf));
+
+	p = setup_on(&t, len, &local[0], &remote, ndev >= 2 ? 1 : 0);
+	local[1] = kvt_mem_alloc(len, "cuda:0");
+	cr_assert_not_null(kvt_mem_register(local[1], len, "cuda:0", 0));
+	cr_assert_eq(tc_peer_cmd(&t, buf, sizeof(buf), "fence 16"), 0);
+	ft = strtoull(buf, NULL, 0);
+	kvt_peer_close(p);
+	p = kvt_peer_open(t.addr, 10000);
+	cr_assert_eq(tc_cuda_fill(local[0], len, 51), 0);
+	cr_assert_eq(tc_cuda_fill(local[1], len, 52), 0);
+	for (k = 0; k < n; k++) {
+		if (left == 0) {
+			which ^= 1;
+			left = 1 + k % 5;
+		}
+		left--;
+		ln[k] = sizes[k % 6];
+		loc[k] = (uintptr_t)local[which] + (uint64_t)k * slot;
+		rem[k] = remote + (uint64_t)((k * 40503u) % n) * slot;
+		h[k] = tc_cuda_hash((void *)(uintptr_t)loc[k], ln[k]);
+	}
+	cr_assert_eq(tc_peer_num(&t, "arm 3 79"), 0);
+	o.fence = (struct kvt_fence_ref){ .table = ft, .slot = 3, .room = 79 };
+	b = kvt_batch_alloc(n);
+	cr_assert_eq(kvt_submit_blocks(b, p, &bl, &o), 0);
+	cr_assert_eq(tc_peer_num(&t, "fwait 3 10000000"), 0);
+	for (k = 0; k < n; k++)
+		cr_assert_eq(peer_sum(&t, rem[k] - remote, ln[k]), h[k],
+			     "block %u", k);
+	cr_assert_eq(kvt_wait(b, 10000000), 0);
+	cr_assert_eq(kvt_status(b, 0), 0);
+	cr_assert_eq(kvt_batch_reset(b), 0);
+	/* Back into zeroed tensors. */
+	cr_assert_eq(cudaMemset(local[0], 0, len), cudaSuccess);
+	cr_assert_eq(cudaMemset(local[1], 0, len), cudaSuccess);
+	cr_assert_eq(cudaDeviceSynchronize(), cudaSuccess);
+	bl.op = KVT_OP_READ;
+	cr_assert_eq(kvt_submit_blocks(b, p, &bl, NULL), 0);
+	cr_assert_eq(kvt_wait(b, 10000000), 0);
+	cr_assert_eq(kvt_status(b, 0), 0);
+	for (k = 0; k < n; k++)
+		cr_assert_eq(tc_cuda_hash((void *)(uintptr_t)loc[k], ln[k]), h[k],
+			     "block %u read back", k);
+	kvt_batch_free(b);
+	free(loc);
+	free(rem);
+	free(ln);
 	kvt_peer_close(p);
 	tc_peer_stop(&t);
 	kvt_fini();
