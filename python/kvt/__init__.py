@@ -239,29 +239,34 @@ class Batch(_Child):
                            priority)
 
     def _blocks(self, op, peer, local, remote, length, fence, notify,
-                allow_overlap, priority):
+                allow_overlap, priority, skip_empty):
         flags = _flags(allow_overlap, priority)
         i = _kvt.submit_blocks(self._handle(), peer._handle(), op, local,
                                remote, length, flags, _fence_arg(fence),
-                               _note_arg(notify))
-        self.used = max(self.used, i + 1)
+                               _note_arg(notify), skip_empty)
+        if i is not None:
+            self.used = max(self.used, i + 1)
         return i
 
     def write_blocks(self, peer, local, remote, length, *, fence=None,
-                     notify=None, allow_overlap=False, priority="normal"):
+                     notify=None, allow_overlap=False, priority="normal",
+                     skip_empty=False):
         """Write block k: length[k] bytes from local[k] to remote[k]
-        (lists of ints or uint64 numpy arrays, converted in C in one pass;
-        an int stands for every block).  One submission with one status:
-        status(index) reports the whole list.  It takes one slot per run
-        of blocks in one local and one remote region."""
+        (lists or tuples of ints, or uint64 numpy arrays, converted in C
+        in one pass; an int stands for every block).  One submission with
+        one status: status(index) reports the whole list.  It takes one
+        slot per run of blocks in one local and one remote region.
+        skip_empty: blocks of length 0 are left out (as Mooncake does)
+        instead of refused; None when none is left."""
         return self._blocks(OP_WRITE, peer, local, remote, length, fence,
-                            notify, allow_overlap, priority)
+                            notify, allow_overlap, priority, skip_empty)
 
     def read_blocks(self, peer, local, remote, length, *, fence=None,
-                    notify=None, allow_overlap=False, priority="normal"):
+                    notify=None, allow_overlap=False, priority="normal",
+                    skip_empty=False):
         """Read block k from remote[k] into local[k]; as write_blocks()."""
         return self._blocks(OP_READ, peer, local, remote, length, fence,
-                            notify, allow_overlap, priority)
+                            notify, allow_overlap, priority, skip_empty)
 
     def write_sync(self, peer, local, remote, length, timeout=10.0):
         """One write, waited for: None once its bytes are placed; OSError

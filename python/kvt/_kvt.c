@@ -108,19 +108,21 @@ handle_arg(PyObject *o, void *out)
 int
 u64_arg(PyObject *o, void *out)
 {
-	unsigned long long v;
+	unsigned long v;
 	PyObject *i;
 
+	/* unsigned long is 64 bits here; its conversion is a digit loop,
+	 * not the byte-array path of the long long one. */
 	if (PyLong_Check(o)) {
-		v = PyLong_AsUnsignedLongLong(o);
+		v = PyLong_AsUnsignedLong(o);
 	} else {
 		i = PyNumber_Index(o);
 		if (i == NULL)
 			return 0;
-		v = PyLong_AsUnsignedLongLong(i);
+		v = PyLong_AsUnsignedLong(i);
 		Py_DECREF(i);
 	}
-	if (v == (unsigned long long)-1 && PyErr_Occurred())
+	if (v == (unsigned long)-1 && PyErr_Occurred())
 		return 0;
 	*(uint64_t *)out = v;
 	return 1;
@@ -128,12 +130,66 @@ u64_arg(PyObject *o, void *out)
 
 /* ---- arrays ---- */
 
+/*
+ * The n items of list or tuple o (get: PyList_GetItem or PyTuple_GetItem)
+ * as numbers, the way serving stacks pass them (ints; a repeated length
+ * is one object): an item that is the previous one costs a compare, an
+ * int a digit loop with its range checked (PyLong_AsUnsignedLong: 64 bits
+ * here), anything else u64_arg().
+ */
+static int
+items_u64(PyObject *o, PyObject *(*get)(PyObject *, Py_ssize_t),
+	  uint64_t *out, Py_ssize_t n)
+{
+	PyObject *it, *prev = NULL;
+	unsigned long v = 0;
+	Py_ssize_t i;
+
+	RTE_BUILD_BUG_ON(sizeof(unsigned long) != sizeof(uint64_t));
+	for (i = 0; i < n; i++) {
+		it = get(o, i);
+		if (it == NULL)
+			return -1;
+		if (it != prev) {
+			if (PyLong_CheckExact(it)) {
+				v = PyLong_AsUnsignedLong(it);
+				if (v == (unsigned long)-1 && PyErr_Occurred())
+					return -1;
+			} else if (!u64_arg(it, &v)) {
+				return -1;
+			}
+			prev = it;
+		}
+		out[i] = v;
+	}
+	return 0;
+}
+
+/* The n items of any other sequence o as numbers. */
+static int
+seq_u64(PyObject *o, uint64_t *out, Py_ssize_t n)
+{
+	PyObject *it;
+	Py_ssize_t i;
+	int ok;
+
+	for (i = 0; i < n; i++) {
+		it = PySequence_GetItem(o, i);
+		if (it == NULL)
+			return -1;
+		ok = u64_arg(it, &out[i]);
+		Py_DECREF(it);
+		if (!ok)
+			return -1;
+	}
+	return 0;
+}
+
 int
 column_get(PyObject *o, struct column *c, int scalar_ok, int four_ok,
 	   const char *name)
 {
-	Py_ssize_t i, n;
-	PyObject *it;
+	Py_ssize_t n;
 
 	memset(c, 0, sizeof(*c));
 	if (PyLong_Check(o)) {
@@ -181,15 +237,12 @@ column_get(PyObject *o, struct column *c, int scalar_ok, int four_ok,
 		PyErr_NoMemory();
 		return -1;
 	}
-	for (i = 0; i < n; i++) {
-		it = PySequence_GetItem(o, i);
-		if (it == NULL || !u64_arg(it, &c->owned[i])) {
-			Py_XDECREF(it);
-			free(c->owned);
-			c->owned = NULL;
-			return -1;
-		}
-		Py_DECREF(it);
+	if (PyList_Check(o) ? items_u64(o, PyList_GetItem, c->owned, n) < 0 :
+	    PyTuple_Check(o) ? items_u64(o, PyTuple_GetItem, c->owned, n) < 0 :
+	    seq_u64(o, c->owned, n) < 0) {
+		free(c->owned);
+		c->owned = NULL;
+		return -1;
 	}
 	c->width = 8;
 	c->n = n;
@@ -603,7 +656,7 @@ static PyMethodDef methods[] = {
 	{ "submit_pages", py_submit_pages, METH_VARARGS,
 	  "(batch, peer, op, page_size, local, remote, local_idx, remote_idx, flags, fence, note) -> index" },
 	{ "submit_blocks", py_submit_blocks, METH_VARARGS,
-	  "(batch, peer, op, local, remote, length, flags, fence, note) -> index" },
+	  "(batch, peer, op, local, remote, length, flags, fence, note, skip_empty) -> index or None" },
 	{ "xfer_sync", py_xfer_sync, METH_VARARGS,
 	  "(batch, peer, op, local, remote, length, timeout_us) -> status" },
 	{ "poll", py_poll, METH_VARARGS, "(batch) -> pending" },

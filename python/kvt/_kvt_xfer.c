@@ -7,6 +7,7 @@
 #include "_kvt.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -236,28 +237,70 @@ column_array(const struct column *c, Py_ssize_t n, uint64_t **tmp)
 }
 
 /*
+ * Drop the blocks of length 0 from the n of cols (skip_empty: as
+ * Mooncake does); tmp owns what had to be copied.  @return the blocks
+ * left, or -1 with no memory.
+ */
+static Py_ssize_t
+drop_empty(const uint64_t *cols[3], uint64_t *tmp[3], Py_ssize_t n)
+{
+	uint64_t *out[3];
+	Py_ssize_t i, k = 0;
+	int c;
+
+	for (i = 0; i < n && cols[2][i] != 0; i++)
+		;
+	if (i == n)
+		return n;
+	for (c = 0; c < 3; c++) {
+		out[c] = malloc((size_t)n * sizeof(uint64_t));
+		if (out[c] == NULL) {
+			while (c-- > 0)
+				free(out[c]);
+			return -1;
+		}
+	}
+	for (i = 0; i < n; i++) {
+		if (cols[2][i] == 0)
+			continue;
+		for (c = 0; c < 3; c++)
+			out[c][k] = cols[c][i];
+		k++;
+	}
+	for (c = 0; c < 3; c++) {
+		free(tmp[c]);
+		tmp[c] = out[c];
+		cols[c] = out[c];
+	}
+	return k;
+}
+
+/*
  * submit_blocks(batch, peer, op, locals, remotes, lens, flags, fence,
- * note): one block list (kvt_submit_blocks()), its columns converted in
- * one pass each (a uint64 buffer is used as it is).
- * -> index of the list (its status is the list's).
+ * note, skip_empty): one block list (kvt_submit_blocks()), its columns
+ * converted in one pass each (a uint64 buffer is used as it is).
+ * -> index of the list (its status is the list's), or None when
+ * skip_empty left no block.
  */
 PyObject *
 py_submit_blocks(PyObject *self, PyObject *args)
 {
 	PyObject *ol, *or_, *on, *flags, *fence, *note;
 	uint64_t *tmp[3] = { NULL, NULL, NULL };
+	const uint64_t *cols[3];
 	struct kvt_submit_opts o;
 	struct kvt_blocks bl;
 	struct column c[3];
+	int ret, skip, i;
 	unsigned int op;
 	Py_buffer nb;
 	Py_ssize_t n;
 	void *b, *p;
-	int ret;
 
 	(void)self;
-	if (!PyArg_ParseTuple(args, "O&O&IOOOOOO", handle_arg, &b, handle_arg, &p,
-			      &op, &ol, &or_, &on, &flags, &fence, &note))
+	if (!PyArg_ParseTuple(args, "O&O&IOOOOOOp", handle_arg, &b, handle_arg,
+			      &p, &op, &ol, &or_, &on, &flags, &fence, &note,
+			      &skip))
 		return NULL;
 	if (columns_get(ol, or_, on, c, &n) < 0)
 		return NULL;
@@ -267,23 +310,35 @@ py_submit_blocks(PyObject *self, PyObject *args)
 	}
 	if (opts_get(flags, fence, note, &o, &nb) < 0)
 		goto put_c;
-	bl = (struct kvt_blocks){ .op = op, .n = (uint32_t)n,
-		.local = column_array(&c[0], n, &tmp[0]),
-		.remote = column_array(&c[1], n, &tmp[1]),
-		.len = column_array(&c[2], n, &tmp[2]) };
-	if (bl.local == NULL || bl.remote == NULL || bl.len == NULL) {
-		PyErr_NoMemory();
-		goto put_o;
+	for (i = 0; i < 3; i++) {
+		cols[i] = column_array(&c[i], n, &tmp[i]);
+		if (cols[i] == NULL) {
+			PyErr_NoMemory();
+			goto put_o;
+		}
 	}
+	if (skip && (n = drop_empty(cols, tmp, n)) <= 0) {
+		if (n < 0) {
+			PyErr_NoMemory();
+			goto put_o;
+		}
+		ret = INT_MIN;	/* nothing to move */
+		goto out;
+	}
+	bl = (struct kvt_blocks){ .op = op, .n = (uint32_t)n, .local = cols[0],
+				  .remote = cols[1], .len = cols[2] };
 	msg_clear();
 	Py_BEGIN_ALLOW_THREADS
 	ret = kvt_submit_blocks(b, p, &bl, &o);
 	Py_END_ALLOW_THREADS
+out:
 	free(tmp[0]);
 	free(tmp[1]);
 	free(tmp[2]);
 	opts_put(&nb);
 	columns_put(c);
+	if (ret == INT_MIN)
+		Py_RETURN_NONE;
 	if (ret < 0)
 		return raise_errno(ret, "kvt_submit_blocks");
 	return PyLong_FromLong(ret);

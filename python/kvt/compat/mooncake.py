@@ -375,21 +375,6 @@ def _column(v):
     return list(v)
 
 
-def _drop_empty(bufs, peers, lens):
-    """The entries that move bytes: a zero-length one is done, as in
-    Mooncake.  Lists cost a scan in C; arrays a vectorized test."""
-    if isinstance(lens, (list, tuple)):
-        if 0 not in lens:
-            return bufs, peers, lens
-        keep = [i for i, n in enumerate(lens) if n != 0]
-    else:
-        if lens.all():
-            return bufs, peers, lens
-        keep = lens.nonzero()[0].tolist()
-    return ([bufs[i] for i in keep], [peers[i] for i in keep],
-            [lens[i] for i in keep])
-
-
 def _overlapping(peers, lens):
     """Do two entries of one call write the same destination bytes?"""
     spans = sorted(zip((int(p) for p in peers), (int(n) for n in lens)))
@@ -735,10 +720,15 @@ class TransferEngine:
             def own():
                 return _overlapping(peers, lens)
 
+        # Empty entries are done (as in Mooncake): a list leaves them out
+        # in C as it converts (None: nothing was left to move).
+        extra = {"skip_empty": True} if many else {}
+
         def submit():
             return _while_busy(lambda together: fn(peer, bufs, peers, lens,
                                                    notify=note,
-                                                   allow_overlap=together),
+                                                   allow_overlap=together,
+                                                   **extra),
                                own)
         try:
             return submit()
@@ -776,8 +766,9 @@ class TransferEngine:
 
     @staticmethod
     def _args(bufs, peers, lens, many):
-        """The call's arguments as kvt takes them, zero-length entries
-        dropped; many: lists or arrays, else one block."""
+        """The call's arguments as kvt takes them; many: lists or arrays
+        (their empty entries are left out in C when submitted), else one
+        block."""
         if not many:
             return _scalar(bufs), _scalar(peers), _scalar(lens)
         bufs, peers, lens = _column(bufs), _column(peers), _column(lens)
@@ -785,7 +776,7 @@ class TransferEngine:
             raise ValueError("buffers, peer addresses and lengths differ in "
                              "length (%d, %d, %d)" % (len(bufs), len(peers),
                                                       len(lens)))
-        return _drop_empty(bufs, peers, lens)
+        return bufs, peers, lens
 
     def _sync(self, op, target, bufs, peers, lens, note=None, many=True):
         try:
@@ -804,6 +795,8 @@ class TransferEngine:
         try:
             b = self._batch(n)
             first = self._submit(b, op, target, bufs, peers, lens, note)
+            if first is None:
+                return 0        # every entry was empty
             self._settle(b)
             err = b.status(first)
         except (OSError, TypeError, ValueError) as e:
@@ -886,7 +879,7 @@ class TransferEngine:
         except (OSError, TypeError, ValueError) as e:
             log.error("transfer to %s: %s", target, e)
             return 0
-        entry = _Async(b, first, min(n, 1))
+        entry = _Async(b, first or 0, 0 if first is None else min(n, 1))
         with self._async_lock:
             bid = self._next_id
             self._next_id += 1
