@@ -189,13 +189,10 @@ kvt_sub_check_opts(struct kvt_peer *p, const struct kvt_submit_opts *o,
 	return 0;
 }
 
-/*
- * Sort ranges by (region, start).  Scattered KV pages make this the cost
- * of a big submission, so the common case (one region) is an LSD radix
- * sort on the offset, 11 bits a pass; mixed regions use qsort.
- */
+/* Sort ranges of one region by start: an LSD radix sort on the offset,
+ * 11 bits a pass (tmp: scratch of n). */
 static void
-sort_ranges(struct kvt_range *r, struct kvt_range *tmp, unsigned int n)
+radix_by_start(struct kvt_range *r, struct kvt_range *tmp, unsigned int n)
 {
 	uint32_t count[2048];
 	uint64_t lo = UINT64_MAX, hi = 0, bits = 0;
@@ -203,10 +200,6 @@ sort_ranges(struct kvt_range *r, struct kvt_range *tmp, unsigned int n)
 	unsigned int i, shift;
 
 	for (i = 0; i < n; i++) {
-		if (r[i].ri != r[0].ri) {
-			qsort(r, n, sizeof(*r), range_cmp);
-			return;
-		}
 		lo = RTE_MIN(lo, r[i].lo);
 		hi = RTE_MAX(hi, r[i].lo);
 	}
@@ -228,6 +221,70 @@ sort_ranges(struct kvt_range *r, struct kvt_range *tmp, unsigned int n)
 	}
 	if (src != r)
 		memcpy(r, src, (size_t)n * sizeof(*r));
+}
+
+#define SORT_REGIONS 64
+
+/* The index of region ri in key[0..n), looked up from *last first. */
+static unsigned int
+region_index(const struct kvt_rimp *const *key, unsigned int n,
+	     const struct kvt_rimp *ri, unsigned int *last)
+{
+	unsigned int g;
+
+	if (key[*last] == ri)
+		return *last;
+	for (g = 0; g < n && key[g] != ri; g++)
+		;
+	*last = g;
+	return g;
+}
+
+/*
+ * Sort ranges by (region, start).  Scattered KV pages make this the cost
+ * of a big submission.  Ranges of one region (a KV pool) go to the radix
+ * sort at once; those of a few regions (a list over layer tensors) are
+ * gathered region by region in region order (a counting sort), then each
+ * region's are radix-sorted; more than SORT_REGIONS regions use qsort.
+ */
+static void
+sort_ranges(struct kvt_range *r, struct kvt_range *tmp, unsigned int n)
+{
+	const struct kvt_rimp *key[SORT_REGIONS], *k;
+	uint32_t start[SORT_REGIONS + 1];
+	unsigned int ng = 0, last = 0, i, g, j;
+
+	for (i = 0; i < n; i++) {
+		if (ng > 0 && region_index(key, ng, r[i].ri, &last) < ng)
+			continue;
+		if (ng == SORT_REGIONS) {
+			qsort(r, n, sizeof(*r), range_cmp);
+			return;
+		}
+		key[ng++] = r[i].ri;
+	}
+	if (ng <= 1) {
+		radix_by_start(r, tmp, n);
+		return;
+	}
+	for (i = 1; i < ng; i++) {
+		k = key[i];
+		for (j = i; j > 0 && (uintptr_t)key[j - 1] > (uintptr_t)k; j--)
+			key[j] = key[j - 1];
+		key[j] = k;
+	}
+	memset(start, 0, sizeof(start));
+	last = 0;
+	for (i = 0; i < n; i++)
+		start[region_index(key, ng, r[i].ri, &last) + 1]++;
+	for (g = 1; g <= ng; g++)
+		start[g] += start[g - 1];
+	for (i = 0; i < n; i++)
+		tmp[start[region_index(key, ng, r[i].ri, &last)]++] = r[i];
+	/* start[g] is now the end of region g's ranges in tmp. */
+	for (g = 0, j = 0; g < ng; j = start[g++])
+		radix_by_start(tmp + j, r + j, start[g] - j);
+	memcpy(r, tmp, (size_t)n * sizeof(*r));
 }
 
 /*

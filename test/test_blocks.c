@@ -330,6 +330,23 @@ Test(blocks, overlap_with_a_write_in_flight, .timeout = 120)
 	cr_assert_eq(kvt_wait(b2, WAIT_US), 0);
 	cr_assert_eq(kvt_status(b, 0), 0);
 	cr_assert_eq(kvt_status(b2, 0), 0);
+	cr_assert_eq(kvt_batch_reset(b), 0);
+	/* Tensor 0, tensor 1, tensor 0 again: the two runs of tensor 0
+	 * overlap each other (found across the run between them), then do
+	 * not. */
+	loc[0] = (uintptr_t)w.local[0];
+	loc[1] = (uintptr_t)w.local[1];
+	loc[2] = (uintptr_t)w.local[0] + 8192;
+	rem[0] = w.remote[0] + 4096;
+	rem[1] = w.remote[1];
+	rem[2] = w.remote[0];
+	len[0] = len[1] = len[2] = 4097;
+	bl.n = 3;
+	cr_assert_eq(kvt_submit_blocks(b, w.p, &bl, NULL), -EBUSY);
+	len[2] = 4096;
+	cr_assert_eq(kvt_submit_blocks(b, w.p, &bl, NULL), 0);
+	cr_assert_eq(kvt_wait(b, WAIT_US), 0);
+	cr_assert_eq(kvt_status(b, 0), 0);
 	kvt_batch_free(b);
 	kvt_batch_free(b2);
 	pools_close(&w);
