@@ -231,10 +231,10 @@ kvt_submit_pages(struct kvt_batch *b, struct kvt_peer *p,
 
 /* ---- block lists ---- */
 
-/* The submission's own copy of the block list, with room for the first
- * block of each run (n + 1 entries at most). */
+/* Room for the submission's own copy of the block list (blocks_check()
+ * fills it), and for the first block of each run (n + 1 at most). */
 static struct kvt_xblocks *
-blocks_copy(struct kvt_batch *b, const struct kvt_blocks *bl)
+blocks_room(struct kvt_batch *b, const struct kvt_blocks *bl)
 {
 	size_t col = (size_t)bl->n * sizeof(uint64_t);
 	struct kvt_xblocks *xb;
@@ -249,9 +249,6 @@ blocks_copy(struct kvt_batch *b, const struct kvt_blocks *bl)
 	if (xb == NULL || loc == NULL || rem == NULL || len == NULL ||
 	    first == NULL)
 		return NULL;
-	memcpy(loc, bl->local, col);
-	memcpy(rem, bl->remote, col);
-	memcpy(len, bl->len, col);
 	xb->local = loc;
 	xb->remote = rem;
 	xb->len = len;
@@ -260,7 +257,7 @@ blocks_copy(struct kvt_batch *b, const struct kvt_blocks *bl)
 	return xb;
 }
 
-/* Block k of xb starts a run: its regions, in the next request slot.
+/* Block k of xb (copied) starts a run: its regions, in the next request slot.
  * runs: the runs so far.  @return the request, or NULL with *ret set. */
 static struct kvt_req *
 run_open(struct kvt_batch *b, struct kvt_sub *s, uint32_t op,
@@ -292,26 +289,33 @@ run_open(struct kvt_batch *b, struct kvt_sub *s, uint32_t op,
 	return r;
 }
 
-/* Check every block and cut the list into runs, one request each. */
+/* Copy every block of bl into xb as it is checked (one pass), and cut
+ * the list into runs, one request each. */
 static int
-blocks_check(struct kvt_batch *b, struct kvt_sub *s, uint32_t op,
-	     struct kvt_xblocks *xb)
+blocks_check(struct kvt_batch *b, struct kvt_sub *s,
+	     const struct kvt_blocks *bl, struct kvt_xblocks *xb)
 {
 	uint32_t *first = (uint32_t *)(uintptr_t)xb->first, runs = 0, k;
-	struct kvt_req *r = NULL;
+	uint64_t *loc = (uint64_t *)(uintptr_t)xb->local;
+	uint64_t *rem = (uint64_t *)(uintptr_t)xb->remote;
+	uint64_t *ln = (uint64_t *)(uintptr_t)xb->len;
 	uint64_t len, end, bytes = 0;
+	struct kvt_req *r = NULL;
+	uint32_t op = bl->op;
 	int ret = 0;
 
 	for (k = 0; k < xb->n; k++) {
-		len = xb->len[k];
-		if (len == 0 || __builtin_add_overflow(xb->local[k], len, &end) ||
-		    __builtin_add_overflow(xb->remote[k], len, &end))
+		loc[k] = bl->local[k];
+		rem[k] = bl->remote[k];
+		ln[k] = len = bl->len[k];
+		if (len == 0 || __builtin_add_overflow(loc[k], len, &end) ||
+		    __builtin_add_overflow(rem[k], len, &end))
 			return KVT_REFUSE(EINVAL, "submit: block %u: %" PRIu64 " bytes at %#" PRIx64 " to %#" PRIx64 ": invalid",
-					  k, len, xb->local[k], xb->remote[k]);
+					  k, len, loc[k], rem[k]);
 		if (r == NULL ||
-		    !kvt_inside(xb->local[k], len, (uintptr_t)r->x.lm->addr,
+		    !kvt_inside(loc[k], len, (uintptr_t)r->x.lm->addr,
 				r->x.lm->len) ||
-		    !kvt_inside(xb->remote[k], len, r->x.rm->base, r->x.rm->len)) {
+		    !kvt_inside(rem[k], len, r->x.rm->base, r->x.rm->len)) {
 			r = run_open(b, s, op, xb, k, runs, &ret);
 			if (r == NULL)
 				return ret;
@@ -382,7 +386,7 @@ kvt_submit_blocks(struct kvt_batch *b, struct kvt_peer *p,
 	if (ret < 0)
 		return ret;
 	mark = arena_mark(b);
-	xb = blocks_copy(b, bl);
+	xb = blocks_room(b, bl);
 	if (xb == NULL) {
 		arena_release(b, mark);
 		return -ENOMEM;
@@ -391,7 +395,7 @@ kvt_submit_blocks(struct kvt_batch *b, struct kvt_peer *p,
 	tok = kvt_rcu_read_lock();
 	ret = kvt_sub_check_opts(p, o, s);
 	if (ret == 0)
-		ret = blocks_check(b, s, bl->op, xb);
+		ret = blocks_check(b, s, bl, xb);
 	if (ret == 0) {
 		s->flags |= SUB_F_LIST;
 		ret = kvt_sub_mode(b, s, o);
