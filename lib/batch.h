@@ -306,8 +306,6 @@ int kvt_sub_check_opts(struct kvt_peer *p, const struct kvt_submit_opts *o,
 int kvt_sub_resolve(struct kvt_peer *p, uint32_t op, const void *local,
 		    uint64_t llen, uint64_t remote, uint64_t rlen,
 		    const char *what, struct kvt_req *r);
-void kvt_sub_req_fill(struct kvt_sub *s, struct kvt_req *r, uint32_t op,
-		      void *local, uint64_t remote, uint64_t len);
 int kvt_sub_mode(struct kvt_batch *b, struct kvt_sub *s,
 		 const struct kvt_submit_opts *o);
 int kvt_sub_claim_ranges(struct kvt_batch *b, struct kvt_sub *s,
@@ -315,6 +313,24 @@ int kvt_sub_claim_ranges(struct kvt_batch *b, struct kvt_sub *s,
 			 unsigned int n, int sorted);
 int kvt_sub_commit(struct kvt_batch *b, struct kvt_sub *s, int ret,
 		   unsigned int tok);
+/* Record a request (every submission path, per request: inline). */
+static inline void
+kvt_sub_req_fill(struct kvt_sub *s, struct kvt_req *r, uint32_t op,
+		 void *local, uint64_t remote, uint64_t len)
+{
+	r->x.op = op;
+	if (op == KVT_OP_WRITE)
+		s->wbytes += len;
+	else
+		s->rbytes += len;
+	r->x.local = local;
+	r->x.remote = remote;
+	r->x.len = len;
+	r->settled = 0;
+	r->err = 0;
+	r->s = s;
+}
+
 /* Is [a, a + len) inside [base, base + blen)? */
 static inline int
 kvt_inside(uintptr_t a, uint64_t len, uintptr_t base, uint64_t blen)

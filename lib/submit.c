@@ -95,23 +95,6 @@ kvt_sub_resolve(struct kvt_peer *p, uint32_t op, const void *local,
 	return 0;
 }
 
-void
-kvt_sub_req_fill(struct kvt_sub *s, struct kvt_req *r, uint32_t op,
-		 void *local, uint64_t remote, uint64_t len)
-{
-	r->x.op = op;
-	if (op == KVT_OP_WRITE)
-		s->wbytes += len;
-	else
-		s->rbytes += len;
-	r->x.local = local;
-	r->x.remote = remote;
-	r->x.len = len;
-	r->settled = 0;
-	r->err = 0;
-	r->s = s;
-}
-
 static int
 check_xfer(struct kvt_sub *s, struct kvt_peer *p, const struct kvt_xfer *x,
 	   unsigned int i, struct kvt_req *r, struct lookup *lk)
