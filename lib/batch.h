@@ -331,6 +331,20 @@ kvt_sub_req_fill(struct kvt_sub *s, struct kvt_req *r, uint32_t op,
 	r->s = s;
 }
 
+/* Request r joins s (first: its first): the ports and the region pairs
+ * the submission's requests use. */
+static inline void
+kvt_sub_add_req(struct kvt_sub *s, const struct kvt_req *r, int first)
+{
+	s->all_mask |= r->mask;
+	if (first) {
+		s->m1 = req_mem(r);
+		s->ri1 = req_rimp(r);
+	} else if (req_mem(r) != s->m1 || req_rimp(r) != s->ri1) {
+		s->mixed = 1;
+	}
+}
+
 /* Is [a, a + len) inside [base, base + blen)? */
 static inline int
 kvt_inside(uintptr_t a, uint64_t len, uintptr_t base, uint64_t blen)

@@ -553,13 +553,7 @@ kvt_submit(struct kvt_batch *b, struct kvt_peer *p, const struct kvt_xfer *xf,
 		struct kvt_req *r = &b->req[b->used + i];
 
 		ret = check_xfer(s, p, &xf[i], i, r, &lk);
-		s->all_mask |= r->mask;
-		if (i == 0) {
-			s->m1 = req_mem(r);
-			s->ri1 = req_rimp(r);
-		} else if (req_mem(r) != s->m1 || req_rimp(r) != s->ri1) {
-			s->mixed = 1;
-		}
+		kvt_sub_add_req(s, r, i == 0);
 	}
 	if (ret == 0)
 		ret = kvt_sub_mode(b, s, o);

@@ -96,6 +96,18 @@ kvt_arena_free(struct kvt_batch *b)
 	b->arena_cur = NULL;
 }
 
+/* What every list submission checks first. */
+static int
+list_entry(const struct kvt_batch *b, const struct kvt_peer *p,
+	   const void *list, const char *what)
+{
+	if (kvt_eng == NULL)
+		return -ENODEV;
+	if (!batch_ok(b) || !kvt_peer_valid(p) || list == NULL)
+		return KVT_REFUSE(EINVAL, "submit: bad batch, peer or %s", what);
+	return 0;
+}
+
 /* ---- page lists ---- */
 
 /*
@@ -184,10 +196,9 @@ kvt_submit_pages(struct kvt_batch *b, struct kvt_peer *p,
 	unsigned int tok;
 	int ret;
 
-	if (kvt_eng == NULL)
-		return -ENODEV;
-	if (!batch_ok(b) || !kvt_peer_valid(p) || pg == NULL)
-		return KVT_REFUSE(EINVAL, "submit: bad batch, peer or page list");
+	ret = list_entry(b, p, pg, "page list");
+	if (ret < 0)
+		return ret;
 	if ((pg->op != KVT_OP_READ && pg->op != KVT_OP_WRITE) || pg->n == 0 ||
 	    pg->page_size == 0 || pg->local_idx == NULL || pg->remote_idx == NULL)
 		return KVT_REFUSE(EINVAL, "submit: page list: op %u, %u pages of %" PRIu64 " bytes: invalid",
@@ -215,9 +226,7 @@ kvt_submit_pages(struct kvt_batch *b, struct kvt_peer *p,
 		slice = kvt_eng->o.slice;
 		per_page = (pg->page_size + slice - 1) / slice;
 		s->cur.left = (uint64_t)pg->n * per_page;
-		s->all_mask = r->mask;
-		s->m1 = req_mem(r);
-		s->ri1 = req_rimp(r);
+		kvt_sub_add_req(s, r, 1);
 		ret = kvt_sub_mode(b, s, o);
 		if (ret == 0 && pg->op == KVT_OP_WRITE &&
 		    !(o->flags & KVT_SUBMIT_ALLOW_OVERLAP))
@@ -279,13 +288,7 @@ run_open(struct kvt_batch *b, struct kvt_sub *s, uint32_t op,
 		return NULL;
 	kvt_sub_req_fill(s, r, op, (void *)(uintptr_t)xb->local[k],
 			 xb->remote[k], 0);
-	s->all_mask |= r->mask;
-	if (runs == 0) {
-		s->m1 = req_mem(r);
-		s->ri1 = req_rimp(r);
-	} else if (req_mem(r) != s->m1 || req_rimp(r) != s->ri1) {
-		s->mixed = 1;
-	}
+	kvt_sub_add_req(s, r, runs == 0);
 	return r;
 }
 
@@ -374,10 +377,9 @@ kvt_submit_blocks(struct kvt_batch *b, struct kvt_peer *p,
 	unsigned int tok;
 	int ret;
 
-	if (kvt_eng == NULL)
-		return -ENODEV;
-	if (!batch_ok(b) || !kvt_peer_valid(p) || bl == NULL)
-		return KVT_REFUSE(EINVAL, "submit: bad batch, peer or block list");
+	ret = list_entry(b, p, bl, "block list");
+	if (ret < 0)
+		return ret;
 	if ((bl->op != KVT_OP_READ && bl->op != KVT_OP_WRITE) || bl->n == 0 ||
 	    bl->local == NULL || bl->remote == NULL || bl->len == NULL)
 		return KVT_REFUSE(EINVAL, "submit: block list: op %u, %u blocks: invalid",
