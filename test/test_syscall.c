@@ -231,16 +231,24 @@ Test(syscall, wait_policy_blocks_and_wakes, .timeout = 60)
 	x.remote = (uintptr_t)dst;
 
 	cr_assert(lcore_blocks(), "the idle lcore never blocked");
-	n = count_read(fd);
-	c0 = cpu_us();
-	usleep(1000000);
-	c = cpu_us() - c0;
-	n = count_read(fd) - n;
-	cr_log_info("idle for 1 s: lcore syscalls %lu, process cpu %lu us",
-		    (unsigned long)n, (unsigned long)c);
-	cr_assert_leq(n, 2, "a waiting lcore made %lu syscalls in 1 s",
-		      (unsigned long)n);
-	cr_assert_lt(c, 10000, "an idle engine used %lu us of cpu in 1 s",
+	/* The quietest of up to three seconds: an engine that does not
+	 * block uses most of a cpu in every one, while a busy neighbour
+	 * (CI's other jobs, under the sanitizers) can cost a second's
+	 * housekeeping a few more ms once. */
+	for (i = 0; i < 3; i++) {
+		n = count_read(fd);
+		c0 = cpu_us();
+		usleep(1000000);
+		c = cpu_us() - c0;
+		n = count_read(fd) - n;
+		cr_log_info("idle for 1 s: lcore syscalls %lu, process cpu %lu us",
+			    (unsigned long)n, (unsigned long)c);
+		cr_assert_leq(n, 2, "a waiting lcore made %lu syscalls in 1 s",
+			      (unsigned long)n);
+		if (c < 10000)
+			break;
+	}
+	cr_assert_lt(c, 10000, "an idle engine used %lu us of cpu in each of 3 s",
 		     (unsigned long)c);
 
 	for (i = 0; i < 200; i++) {
