@@ -22,10 +22,6 @@
 
 struct kvt_claims {
 	uint32_t hwm;		/* slots ever used: the scan bound */
-	/* No slot below it is free, as far as the last take and drop
-	 * knew: where the search for a free slot starts (a hint only; a
-	 * search that finds none from there wraps around). */
-	uint32_t hint;
 	const struct kvt_claim *slot[KVT_CLAIM_SLOTS];
 };
 
@@ -88,43 +84,6 @@ claims_overlap(const struct kvt_claim *x, const struct kvt_claim *y)
 	return 0;
 }
 
-/* A free slot, taken for c (lowest first, from the hint), or -1. */
-static int
-slot_take(struct kvt_claims *t, const struct kvt_claim *c)
-{
-	uint32_t h = __atomic_load_n(&t->hint, __ATOMIC_RELAXED), i, k;
-	const struct kvt_claim *none;
-
-	for (k = 0; k < KVT_CLAIM_SLOTS; k++) {
-		i = (h + k) % KVT_CLAIM_SLOTS;
-		none = NULL;
-		if (__atomic_load_n(&t->slot[i], __ATOMIC_RELAXED) == NULL &&
-		    __atomic_compare_exchange_n(&t->slot[i], &none, c, false,
-						__ATOMIC_SEQ_CST,
-						__ATOMIC_RELAXED)) {
-			/* Past it, unless a drop lowered the hint meanwhile. */
-			__atomic_compare_exchange_n(&t->hint, &h, i + 1, false,
-						    __ATOMIC_RELAXED,
-						    __ATOMIC_RELAXED);
-			return (int)i;
-		}
-	}
-	return -1;
-}
-
-/* Slot i is free again: the search starts at it or below. */
-static void
-slot_free(struct kvt_claims *t, uint32_t i)
-{
-	uint32_t h = __atomic_load_n(&t->hint, __ATOMIC_RELAXED);
-
-	__atomic_store_n(&t->slot[i], NULL, __ATOMIC_RELEASE);
-	while (i < h &&
-	       !__atomic_compare_exchange_n(&t->hint, &h, i, true,
-					    __ATOMIC_RELAXED, __ATOMIC_RELAXED))
-		;
-}
-
 static void
 raise_hwm(struct kvt_claims *t, uint32_t v)
 {
@@ -141,16 +100,25 @@ kvt_claim_take(struct kvt_claims **tp, struct kvt_claim *c,
 	       const struct kvt_range *r, unsigned int n)
 {
 	struct kvt_claims *t = table_of(tp);
-	const struct kvt_claim *o;
+	const struct kvt_claim *o, *none;
 	unsigned int i, hwm;
-	int slot, clash = 0;
+	int slot = -1, clash = 0;
 
 	if (t == NULL)
 		return -ENOMEM;
 	c->table = t;
 	c->r = r;
 	c->n = n;
-	slot = slot_take(t, c);
+	for (i = 0; i < KVT_CLAIM_SLOTS; i++) {
+		none = NULL;
+		if (__atomic_load_n(&t->slot[i], __ATOMIC_RELAXED) == NULL &&
+		    __atomic_compare_exchange_n(&t->slot[i], &none, c, false,
+						__ATOMIC_SEQ_CST,
+						__ATOMIC_RELAXED)) {
+			slot = (int)i;
+			break;
+		}
+	}
 	if (slot < 0) {
 		KVT_LOG(ERR, "overlap guard: more than %d writing submissions in flight to region %#" PRIx64,
 			KVT_CLAIM_SLOTS, r[0].ri->rm.base);
@@ -167,7 +135,7 @@ kvt_claim_take(struct kvt_claims **tp, struct kvt_claim *c,
 		clash = o != NULL && claims_overlap(c, o);
 	}
 	if (clash) {
-		slot_free(t, (uint32_t)slot);
+		__atomic_store_n(&t->slot[slot], NULL, __ATOMIC_RELEASE);
 		c->table = NULL;
 		return -EBUSY;
 	}
@@ -180,6 +148,6 @@ kvt_claim_drop(struct kvt_claim *c)
 {
 	if (c->table == NULL)
 		return;
-	slot_free(c->table, (uint32_t)c->slot);
+	__atomic_store_n(&c->table->slot[c->slot], NULL, __ATOMIC_RELEASE);
 	c->table = NULL;
 }
