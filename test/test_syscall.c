@@ -206,6 +206,15 @@ lcore_blocks(void)
 	return 0;
 }
 
+/* What an idle engine may use of a cpu in a second: 1 %.  AddressSanitizer
+ * doubles to triples the cost of the same housekeeping (measured here:
+ * 7-10 ms plain, 16-25 ms under ASan, for the same engine). */
+#if defined(__SANITIZE_ADDRESS__)
+#define IDLE_CPU_US 30000
+#else
+#define IDLE_CPU_US 10000
+#endif
+
 /*
  * The default policy: an idle engine blocks (its lcore makes no call
  * while it waits, the whole process uses < 1 % of a cpu), and every
@@ -245,10 +254,10 @@ Test(syscall, wait_policy_blocks_and_wakes, .timeout = 60)
 			    (unsigned long)n, (unsigned long)c);
 		cr_assert_leq(n, 2, "a waiting lcore made %lu syscalls in 1 s",
 			      (unsigned long)n);
-		if (c < 10000)
+		if (c < IDLE_CPU_US)
 			break;
 	}
-	cr_assert_lt(c, 10000, "an idle engine used %lu us of cpu in each of 3 s",
+	cr_assert_lt(c, IDLE_CPU_US, "an idle engine used %lu us of cpu in each of 3 s",
 		     (unsigned long)c);
 
 	for (i = 0; i < 200; i++) {
