@@ -74,14 +74,15 @@ limits(void)
 {
 	static const char *const keys[] = { "cqe", "qp_wr", "sge", "inline",
 		"mr", "rd_atom", "init_rd_atom", "msg", "mtu" };
-	const char *prof = getenv("KVT_VDOUBLE_PROFILE");
-	const char *over = getenv("KVT_VDOUBLE_LIMITS");
+	const char *prof, *over;
 	uint64_t *field = &lim.cqe;
 	char buf[256], *tok, *save, *eq;
 	unsigned int k;
 
-	if (lim_ready)
+	if (lim_ready)	/* first: posting asks for every request */
 		return &lim;
+	prof = getenv("KVT_VDOUBLE_PROFILE");
+	over = getenv("KVT_VDOUBLE_LIMITS");
 	lim = prof != NULL && strcmp(prof, "rxe") == 0 ? vd_rxe : vd_cx7;
 	if (over != NULL) {
 		snprintf(buf, sizeof(buf), "%s", over);
@@ -185,10 +186,12 @@ static struct vd_dev devs[VD_MAX_DEVS];
 static struct ibv_device *dev_list[VD_MAX_DEVS + 1];
 static unsigned int ndevs;
 static struct vd_table *mine;
+static pid_t mine_pid;	/* the process that mapped it */
 static uint32_t key_gen;
 static struct {
 	pid_t pid;
 	struct vd_table *t;
+	uint64_t seen_ns;	/* alive at this time */
 } peers[64];
 
 static uint64_t
@@ -199,6 +202,11 @@ now_ns(void)
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
+
+/* How long a peer seen alive is believed alive without asking the
+ * kernel again: a signal per request would bound the requests per
+ * second the double can run. */
+#define VD_ALIVE_NS 1000000ull
 
 static void *
 map_file(const char *name, size_t len, int create)
@@ -248,7 +256,8 @@ table_mine(void)
 	char f[64];
 
 	if (mine == NULL) {
-		snprintf(f, sizeof(f), "proc-%d", (int)getpid());
+		mine_pid = getpid();
+		snprintf(f, sizeof(f), "proc-%d", (int)mine_pid);
 		mine = map_file(f, sizeof(*mine), 1);
 		if (mine != NULL)
 			atexit(unlink_table);
@@ -263,19 +272,29 @@ table_of(pid_t pid)
 	char f[64];
 	unsigned int i;
 
-	if (pid == getpid())
+	uint64_t now;
+
+	if (mine != NULL ? pid == mine_pid : pid == getpid())
 		return table_mine();
-	if (kill(pid, 0) != 0 && errno == ESRCH)
-		return NULL;
+	now = now_ns();
 	for (i = 0; i < 64 && peers[i].pid != 0; i++)
 		if (peers[i].pid == pid)
-			return peers[i].t;
+			break;
+	if (i < 64 && peers[i].pid == pid &&
+	    now - __atomic_load_n(&peers[i].seen_ns, __ATOMIC_RELAXED) < VD_ALIVE_NS)
+		return peers[i].t;
+	if (kill(pid, 0) != 0 && errno == ESRCH)
+		return NULL;
 	if (i == 64)
 		return NULL;
-	snprintf(f, sizeof(f), "proc-%d", (int)pid);
-	peers[i].t = map_file(f, sizeof(struct vd_table), 0);
-	if (peers[i].t != NULL)
+	if (peers[i].pid != pid) {
+		snprintf(f, sizeof(f), "proc-%d", (int)pid);
+		peers[i].t = map_file(f, sizeof(struct vd_table), 0);
+		if (peers[i].t == NULL)
+			return NULL;
 		peers[i].pid = pid;
+	}
+	__atomic_store_n(&peers[i].seen_ns, now, __ATOMIC_RELAXED);
 	return peers[i].t;
 }
 
