@@ -1,8 +1,10 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * The kvfwd initiator's shared state and its workers' helpers, between
- * initiator.c (plain and mixed streams, the run) and fenced.c (fence
- * mode: credits from the target, every block written with its fence).
+ * initiator.c (plain and mixed streams, the run), fenced.c (fence mode:
+ * credits from the target, every block written with its fence) and
+ * round.c (a worker's round, both modes: initiator.c -> fenced.c ->
+ * round.c, never back).
  */
 #ifndef KVFWD_INITIATOR_H
 #define KVFWD_INITIATOR_H
@@ -73,7 +75,7 @@ struct worker {
 	struct samples batch;
 };
 
-/* Keep one latency sample (up to MAX_SAMPLES). */
+/* round.c: keep one latency sample (up to MAX_SAMPLES). */
 void kvfwd_sample(struct samples *s, double v);
 /* Take up to max blocks' worth of the byte budget; 0 when it is spent. */
 unsigned int kvfwd_take_blocks(struct shared *sh, unsigned int max);

@@ -524,18 +524,6 @@ rd_rmem_release(struct kvt_conn *c, struct kvt_rmem *rm)
 	rm->key[c->port->id] = NULL;
 }
 
-uint32_t
-kvt_rdma_lkey(const struct kvt_lmem *m, const struct kvt_port *port)
-{
-	return ((const struct ibv_mr *)m->key[port->id])->lkey;
-}
-
-uint32_t
-kvt_rdma_rkey(const struct kvt_rmem *m, const struct kvt_port *port)
-{
-	return (uint32_t)(uintptr_t)m->key[port->id];
-}
-
 /* ---- handshake endpoint ---- */
 
 static int
@@ -552,90 +540,6 @@ rd_endpoint(struct kvt_port *port, struct kvt_buf *ep)
 	e.lid = rp->lid;
 	memcpy(e.gid, rp->gid.raw, sizeof(e.gid));
 	return kvt_rdma_endpoint_encode(&e, ep);
-}
-
-/* ---- health ---- */
-
-void
-kvt_rdma_port_error(struct rd_port *rp)
-{
-	uint64_t now = rte_get_tsc_cycles(), hz = rte_get_tsc_hz();
-	unsigned int i;
-
-	if (now - rp->err_window > hz) {
-		rp->err_window = now;
-		rp->errors = 0;
-	}
-	if (++rp->errors < RD_PAUSE_ERRORS ||
-	    __atomic_load_n(&rp->paused, __ATOMIC_ACQUIRE))
-		return;
-	RD_LOG(WARNING, "%s: %u link errors within a second: paused for %u ms",
-	       rp->nic.name, rp->errors, rp->backoff_ms);
-	__atomic_store_n(&rp->resume_us, kvt_now_us() + rp->backoff_ms * 1000ull,
-			 __ATOMIC_RELEASE);
-	__atomic_store_n(&rp->paused, 1, __ATOMIC_RELEASE);
-	rp->backoff_ms = RTE_MIN(rp->backoff_ms * 2, (uint32_t)RD_BACKOFF_MAX_MS);
-	for (i = 0; i < rp->nslots; i++)
-		if (rp->slot[i] != NULL)
-			kvt_conn_set_down(&rp->slot[i]->c, 1);
-}
-
-static struct rd_port *
-dev_port(struct rd_dev *dev, int num)
-{
-	unsigned int i;
-
-	for (i = 0; i < dev->nports; i++)
-		if (dev->port[i]->nic.port == num)
-			return dev->port[i];
-	return NULL;
-}
-
-/* Events are per device: the device's first port reads them for all. */
-void
-kvt_rdma_async_events(struct rd_port *self)
-{
-	struct ibv_async_event ev;
-	struct rd_port *rp;
-	unsigned int i;
-
-	if (self->dev->port[0] != self)
-		return;
-	while (rd_ibv.get_async_event(self->dev->ctx, &ev) == 0) {
-		rp = ev.event_type == IBV_EVENT_PORT_ERR ||
-			ev.event_type == IBV_EVENT_PORT_ACTIVE ?
-			dev_port(self->dev, ev.element.port_num) : self;
-		switch (rp != NULL ? ev.event_type : IBV_EVENT_SM_CHANGE) {
-		case IBV_EVENT_PORT_ERR:
-			RD_LOG(WARNING, "%s port %u went down", rp->nic.name,
-			       rp->nic.port);
-			__atomic_store_n(&rp->resume_us, kvt_now_us() +
-					 rp->backoff_ms * 1000ull, __ATOMIC_RELEASE);
-			__atomic_store_n(&rp->paused, 1, __ATOMIC_RELEASE);
-			break;
-		case IBV_EVENT_PORT_ACTIVE:
-			RD_LOG(NOTICE, "%s port %u is active again", rp->nic.name,
-			       rp->nic.port);
-			__atomic_store_n(&rp->resume_us, kvt_now_us(),
-					 __ATOMIC_RELEASE);
-			break;
-		case IBV_EVENT_DEVICE_FATAL:
-			RD_LOG(ERR, "%s: fatal device error", self->dev->name);
-			for (i = 0; i < self->dev->nports; i++) {
-				rp = self->dev->port[i];
-				__atomic_store_n(&rp->resume_us, kvt_now_us() +
-						 RD_BACKOFF_MAX_MS * 1000ull,
-						 __ATOMIC_RELEASE);
-				__atomic_store_n(&rp->paused, 1, __ATOMIC_RELEASE);
-			}
-			break;
-		default:
-			RD_LOG(DEBUG, "%s: async event %s", self->dev->name,
-			       rd_ibv.event_type_str(ev.event_type));
-			break;
-		}
-		rd_ibv.ack_async_event(&ev);
-	}
 }
 
 /* --kvt-topo is read here, but a malformed one stops every engine. */

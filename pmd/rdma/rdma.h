@@ -2,7 +2,9 @@
 /*
  * RDMA verbs transport, shared between its files: rdma.c (devices, ports,
  * memory), rdma_conn.c (queue pairs, the handshake, re-arming a broken
- * link) and rdma_xfer.c (the lcore: work requests and completions).
+ * link), rdma_xfer.c (the lcore: work requests and completions) and
+ * rdma_health.c (link errors and device events pause and resume a port).
+ * Calls go down that list, never up.
  */
 #ifndef KVT_RDMA_H
 #define KVT_RDMA_H
@@ -253,9 +255,21 @@ void kvt_rdma_qp_broken(struct rd_conn *c, unsigned int q, int err);
 /* Lcore: fail every descriptor of c (connection closing or lost). */
 void kvt_rdma_conn_drain(struct rd_conn *c, int err);
 
-/* rdma.c */
-uint32_t kvt_rdma_lkey(const struct kvt_lmem *m, const struct kvt_port *port);
-uint32_t kvt_rdma_rkey(const struct kvt_rmem *m, const struct kvt_port *port);
+/* A registered region's local key on port (its key is the ibv_mr). */
+static inline uint32_t
+kvt_rdma_lkey(const struct kvt_lmem *m, const struct kvt_port *port)
+{
+	return ((const struct ibv_mr *)m->key[port->id])->lkey;
+}
+
+/* An imported region's remote key on port (its key is the rkey). */
+static inline uint32_t
+kvt_rdma_rkey(const struct kvt_rmem *m, const struct kvt_port *port)
+{
+	return (uint32_t)(uintptr_t)m->key[port->id];
+}
+
+/* rdma_health.c */
 /* Lcore: count a link error; enough of them pause the NIC. */
 void kvt_rdma_port_error(struct rd_port *rp);
 /* Control thread: act on the device's asynchronous events. */

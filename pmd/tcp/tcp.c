@@ -143,23 +143,6 @@ tcp_probe(const struct kvt_pmd *pmd, const char *args)
 	return ret == -ENOSPC ? 0 : ret;
 }
 
-void
-tcp_tune(int fd, const struct tcp_port *tp)
-{
-	int one = 1, buf = 8 << 20;
-	unsigned int uto = kvt_pmd_env()->timeout_ms;
-
-	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-	setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &buf, sizeof(buf));
-	setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &buf, sizeof(buf));
-	/* A link that went away fails the connection within the timeout. */
-	setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &uto, sizeof(uto));
-	/* Traffic of this port leaves through its own interface. */
-	if (setsockopt(fd, SOL_SOCKET, SO_BINDTODEVICE, tp->ifname,
-		       (socklen_t)strlen(tp->ifname)) != 0)
-		TCP_LOG(DEBUG, "SO_BINDTODEVICE %s: %s", tp->ifname, strerror(errno));
-}
-
 static int
 tcp_start(struct kvt_port *port)
 {

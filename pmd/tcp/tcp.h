@@ -2,17 +2,20 @@
 /*
  * tcp PMD internals, shared by its files:
  *   tcp.c         probe, port start and stop, memory and endpoints;
- *   tcp_sock.c    the lcore's sockets: sending frames, receiving them
- *                 (both sides), submit;
- *   tcp_poll.c    one turn over a port's sockets (urgent lanes first, a
- *                 byte budget for the rest) and the idle wait;
- *   tcp_target.c  the target's side: checking and serving a peer's
- *                 frames, answering them, authenticating data sockets;
  *   tcp_conn.c    connections: choosing an endpoint, dialling, tokens,
  *                 redialling lost sockets (control path);
+ *   tcp_poll.c    one turn over a port's sockets (urgent lanes first, a
+ *                 byte budget for the rest) and the idle wait;
+ *   tcp_recv.c    received bytes parsed as frames (both sides);
  *   tcp_retire.c  giving up a connection's sockets without letting
  *                 anything they carried land later: the target closes
- *                 them and issues a new token before their work moves.
+ *                 them and issues a new token before their work moves;
+ *   tcp_target.c  the target's side: checking and serving a peer's
+ *                 frames, answering them, authenticating data sockets;
+ *   tcp_sock.c    the lcore's sockets and lanes, sending frames, submit;
+ *   tcp_wire.c    the frames' wire format.
+ * Calls go down that list (tcp_recv.c and tcp_retire.c, tcp_target.c and
+ * tcp_retire.c do not call each other), never up; test 'layers' checks.
  */
 #ifndef KVT_PMD_TCP_H
 #define KVT_PMD_TCP_H

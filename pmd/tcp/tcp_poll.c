@@ -29,39 +29,11 @@ accept_all(struct kvt_port *port)
 	}
 }
 
-void
-tcp_port_hot(struct tcp_port *tp)
-{
-	tp->hot_until = rte_get_tsc_cycles() +
-		rte_get_tsc_hz() / 1000000 * TCP_HOT_US;
-}
-
 /* What a data socket moves in one visit, each way. */
 static uint32_t
 share(const struct tcp_port *tp)
 {
 	return rte_get_tsc_cycles() < tp->hot_until ? tp->slice : TCP_CHUNK;
-}
-
-int
-tcp_sock_lane(struct tcp_port *tp, struct tcp_sock *s, int on)
-{
-	struct epoll_event ev = {
-		.events = EPOLLIN | (s->want_out ? EPOLLOUT : 0),
-		.data.ptr = s,
-	};
-
-	if (s->urgent == on || s->fd < 0)
-		return 0;
-	if (epoll_ctl(on ? tp->uepfd : tp->epfd, EPOLL_CTL_ADD, s->fd, &ev) != 0)
-		return -errno;
-	epoll_ctl(on ? tp->epfd : tp->uepfd, EPOLL_CTL_DEL, s->fd, NULL);
-	s->urgent = on;
-	if (on)
-		tp->nurgent++;
-	else
-		tp->nurgent--;
-	return 0;
 }
 
 /* Input on a ready socket; it is closed on error.  @return work, or -1

@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /*
- * What the files of the extension share: _kvt.c (the module, errors,
- * arrays, engine, memory, peers, notifications, ports) and _kvt_xfer.c
- * (batches, submissions, waits, fences).
+ * What the files of the extension share: _kvt.c (the module, engine,
+ * memory, peers, notifications, ports), _kvt_xfer.c (batches,
+ * submissions, waits, fences) and _kvt_args.c (errors, arguments).
+ * Calls go down that list, never up.
  */
 #ifndef KVT_PY_H
 #define KVT_PY_H
@@ -33,6 +34,10 @@ struct column {
 	int width;		/* bytes per item: 4 or 8 */
 };
 
+/* _kvt_args.c */
+/* kvt's log lines go through a stream that keeps each thread's last one
+ * (unless the application set its own stream). */
+void log_capture(void);
 /* Forget this thread's last kvt message (before a call that may log). */
 void msg_clear(void);
 /* Raise OSError(err, kvt's last message or what). */
