@@ -70,6 +70,26 @@ tc_peer_u64(struct tc_peer *t, int base, const char *fmt, ...)
 }
 
 /*
+ * The usual start of a case: this engine and a peer process, both with
+ * opts; len bytes at src registered here; rlen bytes allocated at the
+ * peer as its region 0, writable by this engine; the peer opened into
+ * *p.  @return the peer's buffer.
+ */
+static inline uint64_t
+tc_pair_start(struct tc_peer *t, const char *opts, void *src, uint64_t len,
+	      uint64_t rlen, struct kvt_peer **p)
+{
+	uint64_t base;
+
+	cr_assert_geq(tc_engine_init(opts), 0);
+	cr_assert_eq(tc_peer_start(t, opts), 0);
+	cr_assert_not_null(kvt_mem_register(src, len, NULL, 0));
+	base = tc_peer_u64(t, 0, "alloc 0 %" PRIu64 " w", rlen);
+	*p = tc_open_peer(t);
+	return base;
+}
+
+/*
  * Each size written from src + 3 to the peer's region 0 at base + 5, then
  * read back into src, checked by the peer's hash of its bytes each time.
  */

@@ -21,7 +21,6 @@
 #include "test_assert.h"
 #include "test_common.h"
 
-#define MiB ((uint64_t)1 << 20)
 #define POOL (4 * MiB)
 #define NBLK 200
 #define WAIT_US (20ull * 1000 * 1000)

@@ -21,7 +21,6 @@
 #include "test_assert.h"
 #include "test_common.h"
 
-#define MiB ((uint64_t)1 << 20)
 #define TCP "--kvt-pmd tcp --kvt-nic lo --kvt-timeout 1000"
 #define SHM "--kvt-pmd shm --kvt-timeout 1000"
 

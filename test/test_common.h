@@ -13,6 +13,12 @@ uint64_t tc_now_us(void);
 
 /* The peers and kvfwd the tests start are ThreadSanitizer builds
  * (meson -Dtest_peers: scripts/test with SANITIZE=thread). */
+/* Sizes and counts every test uses. */
+#define KiB ((uint64_t)1 << 10)
+#define MiB ((uint64_t)1 << 20)
+#define GiB ((uint64_t)1 << 30)
+#define DIM(a) (sizeof(a) / sizeof((a)[0]))
+
 #define tc_tsan_peers() (getenv("KVT_TEST_TSAN_PEERS") != NULL)
 /* Fill p with a pattern unique to seed (and to each 8-byte position). */
 void tc_fill(void *p, size_t len, uint64_t seed);

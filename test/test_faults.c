@@ -34,7 +34,6 @@
 #include "test_common.h"
 #include "../pmd/tcp/tcp_wire.h"
 
-#define MiB ((uint64_t)1 << 20)
 #define TCP "--kvt-pmd tcp --kvt-nic lo --kvt-timeout 1000"
 #define SHM "--kvt-pmd shm --kvt-timeout 1000"
 
@@ -206,11 +205,7 @@ frozen_peer(const char *opts, int must_fail)
 	unsigned int i, failed = 0;
 	int st;
 
-	cr_assert_geq(tc_engine_init(opts), 0);
-	cr_assert_eq(tc_peer_start(&t, opts), 0);
-	cr_assert_not_null(kvt_mem_register(src, 4 * MiB, NULL, 0));
-	base = tc_peer_u64(&t, 0, "alloc 0 %" PRIu64 " w", 4 * MiB);
-	p = tc_open_peer(&t);
+	base = tc_pair_start(&t, opts, src, 4 * MiB, 4 * MiB, &p);
 	cr_assert_eq(tc_xfer1(p, KVT_OP_WRITE, src, base, 4 * MiB, NULL,
 			      5000000), 0);
 	kill(t.pid, SIGSTOP);

@@ -23,7 +23,6 @@
 #include "netns_hosts.h"
 #include "test_common.h"
 
-#define MiB ((uint64_t)1 << 20)
 #define SHARD (32 * MiB)
 
 static void

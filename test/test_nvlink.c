@@ -27,9 +27,6 @@
 #include "test_cuda.h"
 #endif
 
-#define MiB ((uint64_t)1 << 20)
-#define GiB ((uint64_t)1 << 30)
-
 /* Skip unless want GPUs are usable. */
 static void
 need_gpus(int want)
@@ -240,7 +237,6 @@ Test(nvlink, page_list_with_fence, .timeout = 300)
 	kvt_fini();
 #endif
 }
-
 
 /*
  * A block list over two local tensors (runs of 1 to 5 blocks from each in

@@ -25,7 +25,6 @@
 #include "test_assert.h"
 #include "test_common.h"
 
-#define MiB ((uint64_t)1 << 20)
 #define BULK (1024 * MiB)
 #define SMALL 4096
 #define WAIT_US (60ull * 1000 * 1000)

@@ -26,7 +26,6 @@
 #include "test_common.h"
 #include "verbs_double.h"
 
-#define MiB ((uint64_t)1 << 20)
 #define OPTS "--kvt-pmd rdma --kvt-timeout 1000"
 
 static char dir[64];
@@ -560,11 +559,7 @@ Test(rdma, striping_follows_rate, .timeout = 120, .fini = rails_fini)
 
 	rails("mlx5_0,mlx5_1");
 	vd_rail("mlx5_1")->rate_mbps = 800;	/* 100 MB/s */
-	cr_assert_geq(tc_engine_init(OPTS), 0);
-	cr_assert_eq(tc_peer_start(&t, OPTS), 0);
-	cr_assert_not_null(kvt_mem_register(src, MiB, NULL, 0));
-	base = tc_peer_u64(&t, 0, "alloc 0 %" PRIu64 " w", 64 * MiB);
-	p = tc_open_peer(&t);
+	base = tc_pair_start(&t, OPTS, src, MiB, 64 * MiB, &p);
 	for (r = 0; r < 40; r++)
 		cr_assert_eq(write_blocks(p, src, base, 1, MiB, 30000000), 0);
 	for (r = 0; r < 8; r++) {
@@ -609,11 +604,7 @@ Test(rdma, rail_down_and_back, .timeout = 120, .fini = rails_fini)
 	rails("mlx5_0,mlx5_1");
 	vd_rail("mlx5_1")->rate_mbps = 16000;	/* 2 GB/s: long enough to cut */
 	vd_rail("mlx5_0")->rate_mbps = 16000;
-	cr_assert_geq(tc_engine_init(OPTS), 0);
-	cr_assert_eq(tc_peer_start(&t, OPTS), 0);
-	cr_assert_not_null(kvt_mem_register(src, n * MiB / 4, NULL, 0));
-	base = tc_peer_u64(&t, 0, "alloc 0 %" PRIu64 " w", n * MiB / 4);
-	p = tc_open_peer(&t);
+	base = tc_pair_start(&t, OPTS, src, n * MiB / 4, n * MiB / 4, &p);
 	tc_fill(src, n * MiB / 4, 77);
 	for (i = 0; i < n; i++)
 		x[i] = (struct kvt_xfer){ .op = KVT_OP_WRITE, .local = src + i * MiB / 4,
@@ -759,11 +750,7 @@ Test(rdma, lost_ack_notification_once, .timeout = 120, .fini = rails_fini)
 	unsigned int i;
 
 	rails("mlx5_0,mlx5_1");
-	cr_assert_geq(tc_engine_init(OPTS), 0);
-	cr_assert_eq(tc_peer_start(&t, OPTS), 0);
-	cr_assert_not_null(kvt_mem_register(src, n * 4096, NULL, 0));
-	base = tc_peer_u64(&t, 0, "alloc 0 %u w", n * 4096);
-	p = tc_open_peer(&t);
+	base = tc_pair_start(&t, OPTS, src, n * 4096, n * 4096, &p);
 	vd_rail("mlx5_0")->lose_send_ack = 3;
 	vd_rail("mlx5_1")->lose_send_ack = 3;
 	b = kvt_batch_alloc(n);
@@ -800,11 +787,7 @@ Test(rdma, single_error_recovers, .timeout = 120, .fini = rails_fini)
 	unsigned int r;
 
 	rails("mlx5_0,mlx5_1");
-	cr_assert_geq(tc_engine_init(OPTS), 0);
-	cr_assert_eq(tc_peer_start(&t, OPTS), 0);
-	cr_assert_not_null(kvt_mem_register(src, 32 * MiB, NULL, 0));
-	base = tc_peer_u64(&t, 0, "alloc 0 %" PRIu64 " w", 32 * MiB);
-	p = tc_open_peer(&t);
+	base = tc_pair_start(&t, OPTS, src, 32 * MiB, 32 * MiB, &p);
 	for (r = 0; r < 20; r++) {
 		if (r == 2)
 			vd_rail("mlx5_0")->fail_after = 7;
@@ -830,11 +813,7 @@ Test(rdma, all_rails_down, .timeout = 120, .fini = rails_fini)
 	int ret;
 
 	rails("mlx5_0,mlx5_1");
-	cr_assert_geq(tc_engine_init(OPTS), 0);
-	cr_assert_eq(tc_peer_start(&t, OPTS), 0);
-	cr_assert_not_null(kvt_mem_register(src, 8 * MiB, NULL, 0));
-	base = tc_peer_u64(&t, 0, "alloc 0 %" PRIu64 " w", 8 * MiB);
-	p = tc_open_peer(&t);
+	base = tc_pair_start(&t, OPTS, src, 8 * MiB, 8 * MiB, &p);
 	cr_assert_eq(write_blocks(p, src, base, 8, MiB, 30000000), 0);
 	vd_rail("mlx5_0")->down = 1;
 	vd_rail("mlx5_1")->down = 1;
@@ -869,11 +848,7 @@ Test(rdma, peer_killed, .timeout = 120, .fini = rails_fini)
 	rails("mlx5_0,mlx5_1");
 	vd_rail("mlx5_0")->rate_mbps = 8000;
 	vd_rail("mlx5_1")->rate_mbps = 8000;
-	cr_assert_geq(tc_engine_init(OPTS), 0);
-	cr_assert_eq(tc_peer_start(&t, OPTS), 0);
-	cr_assert_not_null(kvt_mem_register(src, MiB, NULL, 0));
-	base = tc_peer_u64(&t, 0, "alloc 0 %" PRIu64 " w", (uint64_t)n * MiB);
-	p = tc_open_peer(&t);
+	base = tc_pair_start(&t, OPTS, src, MiB, (uint64_t)n * MiB, &p);
 	for (i = 0; i < n; i++)
 		x[i] = (struct kvt_xfer){ .op = KVT_OP_WRITE, .local = src,
 					  .remote = base + (uint64_t)i * MiB,

@@ -19,7 +19,6 @@
 #include "test_assert.h"
 #include "test_common.h"
 
-#define MiB ((uint64_t)1 << 20)
 #define TCP "--kvt-pmd tcp --kvt-nic lo --kvt-timeout 1000"
 #define SHM "--kvt-pmd shm --kvt-timeout 1000"
 
@@ -43,11 +42,7 @@ slow_target(const char *opts, int whole, unsigned int ms)
 	char buf[64];
 	int st, first = 0;
 
-	cr_assert_geq(tc_engine_init(opts), 0);
-	cr_assert_eq(tc_peer_start(&t, opts), 0);
-	cr_assert_not_null(kvt_mem_register(src, 4 * MiB, NULL, 0));
-	base = tc_peer_u64(&t, 0, "alloc 0 %" PRIu64 " w", 4 * MiB);
-	p = tc_open_peer(&t);
+	base = tc_pair_start(&t, opts, src, 4 * MiB, 4 * MiB, &p);
 	for (i = 0; i < n; i++)
 		x[i] = (struct kvt_xfer){ .op = KVT_OP_WRITE, .local = src,
 			.remote = base, .len = 4 * MiB };

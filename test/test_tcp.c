@@ -32,7 +32,6 @@
 #include "test_common.h"
 #include "../pmd/tcp/tcp_wire.h"
 
-#define MiB ((uint64_t)1 << 20)
 #define OPTS "--kvt-pmd tcp --kvt-nic lo"
 
 Test(tcp, data_fence_notify, .timeout = 120)
@@ -76,11 +75,7 @@ Test(tcp, peer_killed, .timeout = 120)
 	unsigned int i, lost = 0;
 	int st;
 
-	cr_assert_geq(tc_engine_init(OPTS), 0);
-	cr_assert_eq(tc_peer_start(&t, OPTS), 0);
-	cr_assert_not_null(kvt_mem_register(src, MiB, NULL, 0));
-	base = tc_peer_u64(&t, 0, "alloc 0 %" PRIu64 " w", (uint64_t)n * MiB);
-	p = tc_open_peer(&t);
+	base = tc_pair_start(&t, OPTS, src, MiB, (uint64_t)n * MiB, &p);
 	for (i = 0; i < n; i++)
 		x[i] = (struct kvt_xfer){ .op = KVT_OP_WRITE, .local = src,
 			.remote = base + (uint64_t)i * MiB, .len = MiB };
@@ -324,11 +319,7 @@ Test(tcp, fini_with_peer_in_flight, .timeout = 60)
 	uint64_t base;
 	unsigned int i;
 
-	cr_assert_geq(tc_engine_init(OPTS), 0);
-	cr_assert_eq(tc_peer_start(&t, OPTS), 0);
-	cr_assert_not_null(kvt_mem_register(src, MiB, NULL, 0));
-	base = tc_peer_u64(&t, 0, "alloc 0 %" PRIu64 " w", (uint64_t)n * MiB);
-	p = tc_open_peer(&t);
+	base = tc_pair_start(&t, OPTS, src, MiB, (uint64_t)n * MiB, &p);
 	for (i = 0; i < n; i++)
 		x[i] = (struct kvt_xfer){ .op = KVT_OP_WRITE, .local = src,
 					  .remote = base + (uint64_t)i * MiB,

@@ -20,8 +20,6 @@
 #include "test_assert.h"
 #include "test_common.h"
 
-#define MiB ((uint64_t)1 << 20)
-#define DIM(a) (sizeof(a) / sizeof((a)[0]))
 #define WAIT_US (20ull * 1000 * 1000)
 
 struct side {
