@@ -11,10 +11,17 @@
  * application or control threads; a callback that must touch state the
  * lcore owns uses kvt_port_call().
  *
- * Memory that kvt does not place itself (GPU memory) belongs to the other
- * driver interface, kvt_dev.h, which this header includes.  These two
- * headers are all a PMD may include from kvt; lib/ never includes a
- * PMD's headers.
+ * This header is the contract alone: the ops, what each may return and
+ * on which thread it runs, and the engine services they call.  Helpers a
+ * PMD may use but need not (option parsing, descriptor lists, inboxes,
+ * target ranges, memfd sharing) are in kvt_pmd_kit.h, which includes
+ * this one.  Memory that kvt does not place itself (GPU memory) belongs
+ * to the other driver interface, kvt_dev.h, which this header includes.
+ * These three headers are all a PMD may include from kvt; lib/ never
+ * includes a PMD's headers.
+ *
+ * Fields marked @internal in the structures below are the engine's: a
+ * PMD may not read or write them (they change meaning between releases).
  */
 #ifndef KVT_PMD_H
 #define KVT_PMD_H
@@ -110,15 +117,15 @@ struct kvt_conn {
 	/** Set by the PMD (kvt_conn_set_down()) while the link cannot carry
 	 *  slices; the engine sends new slices elsewhere. */
 	uint32_t down;
-	void *owner;		/**< engine-private: its peer or session */
-	uint8_t accepted;	/**< engine-private: the peer opened us */
+	void *owner;		/**< @internal its peer or session */
+	uint8_t accepted;	/**< @internal the peer opened us */
 };
 
 /** What the engine knows of a connection a peer opens (conn_accept). */
 struct kvt_accept {
 	struct kvt_peer_info info;	/**< the peer */
 	uint16_t remote_port;		/**< its port at the far end */
-	void *owner;			/**< engine-private: the session */
+	void *owner;			/**< @internal the session */
 };
 
 /**
@@ -283,7 +290,7 @@ kvt_subinfo_req(const struct kvt_subinfo *si, uint32_t i)
  */
 struct kvt_desc {
 	uint8_t op;
-	uint8_t flags;		/**< engine-private */
+	uint8_t flags;		/**< @internal */
 	uint16_t port;
 	uint32_t len;
 	struct kvt_conn *conn;
@@ -291,7 +298,7 @@ struct kvt_desc {
 	const struct kvt_rmem *rm;
 	uint8_t *local;
 	uint64_t remote;	/**< peer address (data, fence word) */
-	void *owner;		/**< engine-private */
+	void *owner;		/**< @internal */
 	union {
 		uint64_t value;		/**< FENCE: the word to store */
 		const void *data;	/**< NOTIFY: payload; SUB: kvt_subinfo */
@@ -304,7 +311,7 @@ struct kvt_desc {
 	 *  (kvt_conn_tail_take()). */
 	uint32_t seq;
 	int32_t status;		/**< set by kvt_desc_complete() */
-	uint64_t deadline;	/**< engine-private: retry limit (TSC) */
+	uint64_t deadline;	/**< @internal retry limit (TSC) */
 	struct kvt_desc *next;	/**< free for whoever holds the desc */
 	uint64_t pmd_data[2];	/**< scratch for the PMD */
 } __rte_cache_aligned;
@@ -627,19 +634,20 @@ struct kvt_port {
 	void *priv;		/**< the PMD's */
 	/** Counters, written by the owning lcore only. */
 	struct kvt_port_stats st;
-	/** Striping state, engine-private. */
-	uint64_t inflight_bytes;
-	uint64_t done_bytes;	/**< settled on its lcore, not yet taken off */
-	uint64_t rate_bpus;	/**< recent rate, bytes per microsecond */
-	uint64_t rate_win_bytes;
-	uint64_t rate_win_start;	/**< TSC */
-	uint64_t rate_gap_us;	/**< how long recent rate windows lasted */
-	uint64_t busy_since;	/**< TSC it was last given work while idle */
-	/** What the PMD finished (kvt_desc_complete()), in order, linked
-	 *  through kvt_desc.next; the engine takes it after each call.  On
-	 *  a line of its own: only the port's lcore writes it. */
+	/* Striping state (lib/stripe.c). */
+	uint64_t inflight_bytes;	/**< @internal striped bytes held */
+	uint64_t done_bytes;	/**< @internal settled, not yet taken off */
+	uint64_t rate_bpus;	/**< @internal recent rate, bytes/us */
+	uint64_t rate_win_bytes;	/**< @internal */
+	uint64_t rate_win_start;	/**< @internal TSC */
+	uint64_t rate_gap_us;	/**< @internal recent windows' length */
+	uint64_t busy_since;	/**< @internal TSC given work while idle */
+	/** @internal What the PMD finished (kvt_desc_complete() appends),
+	 *  in order, linked through kvt_desc.next; the engine takes it
+	 *  after each call.  On a line of its own: only the port's lcore
+	 *  writes it. */
 	struct kvt_desc *done_head __rte_cache_aligned;
-	struct kvt_desc **done_tail;
+	struct kvt_desc **done_tail;	/**< @internal */
 } __rte_cache_aligned;
 
 /**
@@ -708,110 +716,5 @@ struct kvt_pmd_env {
 };
 
 const struct kvt_pmd_env *kvt_pmd_env(void);
-
-struct rte_kvargs;
-
-/**
- * A PMD option that is a whole decimal number: with key absent from kv,
- * *out stays as it is.
- * @return 0, or -EINVAL when the value is not a number in [lo, hi].
- */
-int kvt_kv_long(const struct rte_kvargs *kv, const char *key, long lo,
-		long hi, long *out);
-
-/** Notification inbox: a bounded lock-free queue, possibly shared. */
-struct kvt_inbox;
-
-/** Bytes needed for an inbox of n slots (n a power of two). */
-size_t kvt_inbox_size(uint32_t n);
-/** Initialise an inbox in caller memory (possibly shared memory). */
-void kvt_inbox_init(struct kvt_inbox *ib, uint32_t n);
-/**
- * Push a message (any thread or process mapping the inbox).
- *
- * @return 0, -ENOBUFS (full), -EMSGSIZE (len > KVT_NOTIFY_MAX).
- */
-int kvt_inbox_push(struct kvt_inbox *ib, const void *data, uint32_t len);
-/** Attach an inbox to a connection's peer so kvt_notify_poll() reads it. */
-int kvt_inbox_attach(struct kvt_inbox *ib, const char *peer);
-/** Stop reading an inbox; it may be unmapped on return. */
-void kvt_inbox_detach(struct kvt_inbox *ib);
-/**
- * Stop reading an inbox once the application has taken the messages left
- * in it (bounded by a grace period), then call release(arg), which may
- * unmap it.  For connections that close with messages still queued.
- */
-void kvt_inbox_retire(struct kvt_inbox *ib, void (*release)(void *),
-		      void *arg);
-
-/*
- * Target side: transports that carry a peer's request into our memory
- * (tcp) check every range here.  Between kvt_target_begin() and
- * kvt_target_end() the region found cannot be unregistered, so the copy
- * into it is safe; the section is short and lock-free.
- */
-unsigned int kvt_target_begin(void);
-void kvt_target_end(unsigned int token);
-/**
- * The local address of [addr, addr + len) when it lies inside one region
- * exported with perm (KVT_MEM_REMOTE_READ/WRITE), or inside a fence table
- * when perm is KVT_MEM_F_FENCE; NULL otherwise.
- */
-uint8_t *kvt_target_range(uint64_t addr, uint64_t len, uint32_t perm);
-
-/**
- * Is host memory [addr, addr + len) mapped in this process, every page?
- * One system call.  Registration refuses a range that is not (EFAULT);
- * a target checks again where the application may have unmapped a range
- * under its registration before it reads from it.
- *
- * @return 1 or 0.
- */
-int kvt_host_mapped(const void *addr, size_t len);
-
-/** How a same-host peer reaches a memfd-backed region. */
-struct kvt_memfd_key {
-	uint32_t pid;
-	int32_t fd;
-	uint64_t off;
-	uint64_t ino;		/**< checked by the importer */
-	uint64_t len;
-};
-
-/** A peer's memory mapped here. */
-struct kvt_map {
-	uint8_t *base;		/**< the peer's region starts here */
-	void *map;
-	size_t len;
-};
-
-/** Key for a local region; -ENOTSUP when it is not memfd memory. */
-int kvt_memfd_key(const struct kvt_lmem *m, struct kvt_memfd_key *k);
-/**
- * Map a same-host peer's memfd region (prot: PROT_READ[|PROT_WRITE]).
- *
- * @return 0, or -ESTALE (the fd no longer holds that file), -errno.
- */
-int kvt_memfd_map(const struct kvt_memfd_key *k, int prot, struct kvt_map *out);
-void kvt_map_release(struct kvt_map *m);
-
-/** An inbox in a memfd that a same-host peer pushes into. */
-struct kvt_shared_inbox {
-	struct kvt_inbox *ib;
-	size_t len;
-	int fd;
-};
-
-/** Acceptor: create and attach an inbox for peer; rep gets its key. */
-int kvt_shared_inbox_create(struct kvt_shared_inbox *sb, const char *peer,
-			    struct kvt_buf *rep);
-/** Acceptor: stop reading once drained (see kvt_inbox_retire()). */
-void kvt_shared_inbox_close(struct kvt_shared_inbox *sb);
-/** Initiator: map the peer's inbox from its key. */
-int kvt_shared_inbox_map(const uint8_t *rep, size_t len, uint32_t pid,
-			 struct kvt_map *out);
-
-/** Current TSC in microseconds. */
-uint64_t kvt_now_us(void);
 
 #endif /* KVT_PMD_H */

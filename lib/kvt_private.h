@@ -17,7 +17,7 @@
 #include <rte_mempool.h>
 
 #include "kvt.h"
-#include "kvt_pmd.h"
+#include "kvt_pmd_kit.h"
 #include "rangemap.h"
 
 extern int kvt_logtype;

@@ -99,11 +99,6 @@ kvt_lcore_defer(struct kvt_desc *d)
 		return -ENOENT;
 	/* FIFO: a done marker must stay behind the notification it waits
 	 * for. */
-	d->next = NULL;
-	if (lc->defer == NULL)
-		lc->defer = d;
-	else
-		lc->defer_tail->next = d;
-	lc->defer_tail = d;
+	kvt_desc_append(&lc->defer, &lc->defer_tail, d);
 	return 0;
 }

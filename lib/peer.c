@@ -17,7 +17,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <poll.h>
 #include <unistd.h>
 #include <arpa/inet.h>
 #include <netinet/tcp.h>
@@ -235,43 +234,22 @@ kvt_peer_find_region(struct kvt_peer *p, uint64_t addr, uint64_t len)
 static int
 connect_to(const struct sockaddr_in *sa, uint64_t deadline)
 {
-	struct pollfd pfd;
-	socklen_t sl = sizeof(int);
-	int fd, err = 0, one = 1, ret;
-	uint64_t now;
+	int fd, err, one = 1;
 
 	fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
 	if (fd < 0)
 		return -errno;
 	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-	if (connect(fd, (const struct sockaddr *)sa, sizeof(*sa)) != 0 &&
-	    errno != EINPROGRESS) {
-		err = errno;
-		goto fail;
+	if (connect(fd, (const struct sockaddr *)sa, sizeof(*sa)) != 0)
+		err = errno == EINPROGRESS ? kvt_connect_wait(fd, deadline) :
+					     -errno;
+	else
+		err = 0;
+	if (err != 0) {
+		close(fd);
+		return err;
 	}
-	pfd.fd = fd;
-	pfd.events = POLLOUT;
-	for (;;) {
-		now = kvt_now_us();
-		if (now >= deadline) {
-			err = ETIMEDOUT;
-			goto fail;
-		}
-		ret = poll(&pfd, 1, (int)((deadline - now + 999) / 1000));
-		if (ret > 0)
-			break;
-		if (ret < 0 && errno != EINTR) {
-			err = errno;
-			goto fail;
-		}
-	}
-	getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &sl);
-	if (err != 0)
-		goto fail;
 	return fd;
-fail:
-	close(fd);
-	return -err;
 }
 
 static int

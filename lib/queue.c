@@ -22,12 +22,7 @@ static void
 stash_push(struct kvt_batch *b, enum kvt_prio prio, struct kvt_desc *d)
 {
 	d->prio = (uint8_t)prio;
-	d->next = NULL;
-	if (b->stash_tail != NULL)
-		b->stash_tail->next = d;
-	else
-		b->stash = d;
-	b->stash_tail = d;
+	kvt_desc_append(&b->stash, &b->stash_tail, d);
 }
 
 /* @return 1 when the stash is empty afterwards. */

@@ -1,10 +1,12 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /* Small helpers shared by the engine and the PMDs. */
 #include <errno.h>
+#include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
 
 #include <rte_cycles.h>
@@ -113,4 +115,69 @@ kvt_kv_long(const struct rte_kvargs *kv, const char *key, long lo, long hi,
 	}
 	*out = n;
 	return 0;
+}
+
+int
+kvt_probe_ports(const struct kvt_pmd *pmd, const char *args,
+		const char *prefix, long max)
+{
+	static const char *const keys[] = { "ports", NULL };
+	struct rte_kvargs *kv;
+	char name[32];
+	long n = 1, i;
+	int ret;
+
+	if (args != NULL && *args != '\0') {
+		kv = rte_kvargs_parse(args, keys);
+		if (kv == NULL)
+			return -EINVAL;
+		ret = kvt_kv_long(kv, "ports", 1, max, &n);
+		rte_kvargs_free(kv);
+		if (ret < 0)
+			return ret;
+	}
+	for (i = 0; i < n; i++) {
+		snprintf(name, sizeof(name), "%s%ld", prefix, i);
+		if (kvt_port_create(pmd, name, -1, NULL) == NULL)
+			return -ENOSPC;
+	}
+	return 0;
+}
+
+int
+kvt_sysfs_int(const char *path, int dflt)
+{
+	FILE *f = fopen(path, "r");
+	int v;
+
+	if (f == NULL)
+		return dflt;
+	if (fscanf(f, "%d", &v) != 1)
+		v = dflt;
+	fclose(f);
+	return v;
+}
+
+int
+kvt_connect_wait(int fd, uint64_t deadline_us)
+{
+	struct pollfd pfd = { .fd = fd, .events = POLLOUT };
+	socklen_t sl = sizeof(int);
+	uint64_t now;
+	int err = 0, ret;
+
+	for (;;) {
+		now = kvt_now_us();
+		ret = poll(&pfd, 1, now >= deadline_us ? 0 :
+			   (int)((deadline_us - now + 999) / 1000));
+		if (ret > 0)
+			break;
+		if (ret == 0 && kvt_now_us() >= deadline_us)
+			return -ETIMEDOUT;
+		if (ret < 0 && errno != EINTR)
+			return -errno;
+	}
+	if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &sl) != 0)
+		return -errno;
+	return -err;
 }

@@ -9,9 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include <rte_kvargs.h>
-
-#include "kvt_pmd.h"
+#include "kvt_pmd_kit.h"
 
 RTE_LOG_REGISTER(null_logtype, kvt.pmd.null, NOTICE);
 
@@ -20,27 +18,7 @@ RTE_LOG_REGISTER(null_logtype, kvt.pmd.null, NOTICE);
 static int
 null_probe(const struct kvt_pmd *pmd, const char *args)
 {
-	static const char *const keys[] = { "ports", NULL };
-	struct rte_kvargs *kv = NULL;
-	char name[32];
-	long n = 1, i;
-	int ret;
-
-	if (args != NULL && *args != '\0') {
-		kv = rte_kvargs_parse(args, keys);
-		if (kv == NULL)
-			return -EINVAL;
-		ret = kvt_kv_long(kv, "ports", 1, NULL_MAX_PORTS, &n);
-		rte_kvargs_free(kv);
-		if (ret < 0)
-			return ret;
-	}
-	for (i = 0; i < n; i++) {
-		snprintf(name, sizeof(name), "null%ld", i);
-		if (kvt_port_create(pmd, name, -1, NULL) == NULL)
-			return -ENOSPC;
-	}
-	return 0;
+	return kvt_probe_ports(pmd, args, "null", NULL_MAX_PORTS);
 }
 
 static void

@@ -16,7 +16,7 @@
 #include <cuda.h>
 #include <cudaTypedefs.h>
 
-#include "kvt_pmd.h"
+#include "kvt_pmd_kit.h"
 #include "kernels.h"
 
 extern int nv_logtype;

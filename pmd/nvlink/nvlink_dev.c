@@ -40,19 +40,11 @@ static int
 dev_numa(int d)
 {
 	char bus[32], path[96];
-	FILE *f;
-	int n = -1;
 
 	if (dev_pci(d, bus, sizeof(bus)) < 0)
 		return -1;
 	snprintf(path, sizeof(path), "/sys/bus/pci/devices/%s/numa_node", bus);
-	f = fopen(path, "r");
-	if (f != NULL) {
-		if (fscanf(f, "%d", &n) != 1)
-			n = -1;
-		fclose(f);
-	}
-	return n;
+	return kvt_sysfs_int(path, -1);
 }
 
 /* Facts of device i, its primary context and its kernels. */

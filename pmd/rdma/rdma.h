@@ -14,7 +14,7 @@
 
 #include "rdma_verbs.h"
 
-#include "kvt_pmd.h"
+#include "kvt_pmd_kit.h"
 #include "rdma_topo.h"
 
 extern int kvt_rdma_logtype;

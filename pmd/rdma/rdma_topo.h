@@ -9,7 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "kvt_pmd.h"
+#include "kvt_pmd_kit.h"
 
 /*
  * Topology: RDMA NICs, GPUs and NUMA nodes read from sysfs, and for each

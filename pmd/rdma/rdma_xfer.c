@@ -88,12 +88,7 @@ backlog_push(struct rd_conn *c, struct kvt_desc *d)
 		c->urgent_tail = d;
 		return;
 	}
-	d->next = NULL;
-	if (c->backlog_tail != NULL)
-		c->backlog_tail->next = d;
-	else
-		c->backlog = d;
-	c->backlog_tail = d;
+	kvt_desc_append(&c->backlog, &c->backlog_tail, d);
 }
 
 static struct kvt_desc *

@@ -29,12 +29,11 @@
 #include <sys/mman.h>
 #include <sys/uio.h>
 
-#include <rte_kvargs.h>
 #if defined(__x86_64__)
 #include <emmintrin.h>
 #endif
 
-#include "kvt_pmd.h"
+#include "kvt_pmd_kit.h"
 
 RTE_LOG_REGISTER(shm_logtype, kvt.pmd.shm, NOTICE);
 #define SHM_LOG(level, fmt, ...)					\
@@ -68,27 +67,7 @@ struct shm_conn {
 static int
 shm_probe(const struct kvt_pmd *pmd, const char *args)
 {
-	static const char *const keys[] = { "ports", NULL };
-	struct rte_kvargs *kv;
-	char name[32];
-	long n = 1, i;
-	int ret;
-
-	if (args != NULL && *args != '\0') {
-		kv = rte_kvargs_parse(args, keys);
-		if (kv == NULL)
-			return -EINVAL;
-		ret = kvt_kv_long(kv, "ports", 1, SHM_MAX_PORTS, &n);
-		rte_kvargs_free(kv);
-		if (ret < 0)
-			return ret;
-	}
-	for (i = 0; i < n; i++) {
-		snprintf(name, sizeof(name), "shm%ld", i);
-		if (kvt_port_create(pmd, name, -1, NULL) == NULL)
-			return -ENOSPC;
-	}
-	return 0;
+	return kvt_probe_ports(pmd, args, "shm", SHM_MAX_PORTS);
 }
 
 /* ---- data path ---- */

@@ -50,17 +50,9 @@ static int
 numa_of(const char *ifname)
 {
 	char path[128];
-	FILE *f;
-	int n = -1;
 
 	snprintf(path, sizeof(path), "/sys/class/net/%s/device/numa_node", ifname);
-	f = fopen(path, "r");
-	if (f != NULL) {
-		if (fscanf(f, "%d", &n) != 1)
-			n = -1;
-		fclose(f);
-	}
-	return n;
+	return kvt_sysfs_int(path, -1);
 }
 
 /* Port k of interface i (k > 0 only with ports=N). */

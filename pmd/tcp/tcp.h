@@ -41,7 +41,7 @@
 #include <rte_cycles.h>
 #include <rte_kvargs.h>
 
-#include "kvt_pmd.h"
+#include "kvt_pmd_kit.h"
 #include "tcp_wire.h"
 
 extern int tcp_logtype;

@@ -117,36 +117,19 @@ dial_begin(const struct tcp_port *tp, const struct tcp_ep *e)
 	return fd;
 }
 
-/* Has a connect in progress finished?  @return 1 connected, 0 not yet
- * (wait_ms at most was waited), -errno failed. */
-static int
-dial_done(int fd, int wait_ms)
-{
-	struct pollfd pfd = { .fd = fd, .events = POLLOUT };
-	socklen_t sl = sizeof(int);
-	int err = 0;
-
-	if (poll(&pfd, 1, wait_ms) <= 0)
-		return 0;
-	if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &sl) != 0)
-		return -errno;
-	return err != 0 ? -err : 1;
-}
-
 static int
 dial(const struct tcp_port *tp, const struct tcp_ep *e, uint64_t deadline)
 {
-	uint64_t now = kvt_now_us();
 	int fd, ret;
 
 	fd = dial_begin(tp, e);
 	if (fd < 0)
 		return fd;
-	ret = dial_done(fd, now >= deadline ? 0 : (int)((deadline - now) / 1000) + 1);
-	if (ret == 1)
+	ret = kvt_connect_wait(fd, deadline);
+	if (ret == 0)
 		return fd;
 	close(fd);
-	return ret == 0 ? -ETIMEDOUT : ret;
+	return ret;
 }
 
 int
@@ -303,13 +286,11 @@ redial(struct kvt_port *port, struct tcp_conn *c, uint64_t now)
 		c->dial_fd = ret;
 		c->dial_until_us = now + dial_budget_us();
 	}
-	ret = dial_done(c->dial_fd, 0);
-	if (ret == 0 && now < c->dial_until_us)
+	ret = kvt_connect_wait(c->dial_fd, 0);
+	if (ret == -ETIMEDOUT && now < c->dial_until_us)
 		return;		/* still connecting */
 	memcpy(h.token, c->token, sizeof(h.token));
 	if (ret == 0)
-		ret = -ETIMEDOUT;
-	else if (ret == 1)
 		ret = send(c->dial_fd, &h, sizeof(h), MSG_NOSIGNAL) == sizeof(h) ?
 			0 : -ECONNRESET;
 	if (ret == 0) {

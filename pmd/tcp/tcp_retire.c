@@ -45,12 +45,7 @@ tcp_conn_hold(struct tcp_conn *c, struct tcp_sock *s)
 	for (k = 0; k < 2; k++) {
 		while ((d = lists[k]) != NULL) {
 			lists[k] = d->next;
-			d->next = NULL;
-			if (c->held_tail != NULL)
-				c->held_tail->next = d;
-			else
-				c->held = d;
-			c->held_tail = d;
+			kvt_desc_append(&c->held, &c->held_tail, d);
 		}
 	}
 }

@@ -95,12 +95,7 @@ sock_drain(struct kvt_port *port, struct tcp_sock *s, int err)
 			 * fence or notification carries its number, and the
 			 * target acts on it once. */
 			if (alt != NULL) {
-				d->next = NULL;
-				if (alt->txq_tail != NULL)
-					alt->txq_tail->next = d;
-				else
-					alt->txq = d;
-				alt->txq_tail = d;
+				kvt_desc_append(&alt->txq, &alt->txq_tail, d);
 			} else {
 				kvt_desc_complete(port, d, err);
 			}
@@ -257,12 +252,7 @@ tcp_sock_send(struct tcp_sock *s, uint32_t *budget)
 		s->txq = d->next;
 		if (s->txq == NULL)
 			s->txq_tail = NULL;
-		d->next = NULL;
-		if (s->wq_tail != NULL)
-			s->wq_tail->next = d;
-		else
-			s->wq = d;
-		s->wq_tail = d;
+		kvt_desc_append(&s->wq, &s->wq_tail, d);
 		s->inflight += d->len;
 	}
 	return work;
@@ -360,12 +350,7 @@ tcp_submit(struct kvt_port *port, struct kvt_desc **d, unsigned int n)
 		s = pick_sock(port->priv, c, d[i]);
 		if (s->txq == NULL)
 			s->since = rte_get_tsc_cycles();
-		d[i]->next = NULL;
-		if (s->txq_tail != NULL)
-			s->txq_tail->next = d[i];
-		else
-			s->txq = d[i];
-		s->txq_tail = d[i];
+		kvt_desc_append(&s->txq, &s->txq_tail, d[i]);
 		/* An urgent frame leaves now, not at the next poll; a
 		 * broken socket is found and closed there. */
 		if (d[i]->prio != KVT_PRIO_URGENT)
