@@ -158,28 +158,10 @@ py_mem_register(PyObject *self, PyObject *args)
 	if (m == NULL)
 		err = rte_errno;
 	Py_END_ALLOW_THREADS
-	if (m == NULL)
-		return raise_errno(err, "kvt_mem_register");
-	return H(m);
+	return handle_or_raise(m, err, "kvt_mem_register");
 }
 
-static PyObject *
-py_mem_unregister(PyObject *self, PyObject *args)
-{
-	void *m;
-	int ret;
-
-	(void)self;
-	if (!PyArg_ParseTuple(args, "O&", handle_arg, &m))
-		return NULL;
-	msg_clear();
-	Py_BEGIN_ALLOW_THREADS
-	ret = kvt_mem_unregister(m);
-	Py_END_ALLOW_THREADS
-	if (ret < 0)
-		return raise_errno(ret, "kvt_mem_unregister");
-	Py_RETURN_NONE;
-}
+static PY_HANDLE_CALL(py_mem_unregister, kvt_mem_unregister, 1)
 
 static PyObject *
 py_mem_alloc(PyObject *self, PyObject *args)
@@ -198,9 +180,7 @@ py_mem_alloc(PyObject *self, PyObject *args)
 	if (p == NULL)
 		err = rte_errno;
 	Py_END_ALLOW_THREADS
-	if (p == NULL)
-		return raise_errno(err, "kvt_mem_alloc");
-	return H(p);
+	return handle_or_raise(p, err, "kvt_mem_alloc");
 }
 
 static PyObject *
@@ -238,28 +218,10 @@ py_peer_open(PyObject *self, PyObject *args)
 	if (p == NULL)
 		err = rte_errno;
 	Py_END_ALLOW_THREADS
-	if (p == NULL)
-		return raise_errno(err, "kvt_peer_open");
-	return H(p);
+	return handle_or_raise(p, err, "kvt_peer_open");
 }
 
-static PyObject *
-py_peer_close(PyObject *self, PyObject *args)
-{
-	void *p;
-	int ret;
-
-	(void)self;
-	if (!PyArg_ParseTuple(args, "O&", handle_arg, &p))
-		return NULL;
-	msg_clear();
-	Py_BEGIN_ALLOW_THREADS
-	ret = kvt_peer_close(p);
-	Py_END_ALLOW_THREADS
-	if (ret < 0)
-		return raise_errno(ret, "kvt_peer_close");
-	Py_RETURN_NONE;
-}
+static PY_HANDLE_CALL(py_peer_close, kvt_peer_close, 1)
 
 static PyObject *
 py_peer_state(PyObject *self, PyObject *args)

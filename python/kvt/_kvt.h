@@ -43,6 +43,36 @@ void msg_clear(void);
 /* Raise OSError(err, kvt's last message or what). */
 PyObject *raise_errno(int err, const char *what);
 int handle_arg(PyObject *o, void *out);
+/* A handle for p, or OSError(err) where the constructor returned NULL. */
+PyObject *handle_or_raise(void *p, int err, const char *what);
+
+/*
+ * A wrapper of a call on one handle that returns 0 or -errno: None, or
+ * OSError raised.  nogil: it may block, so it runs without the GIL.
+ * Most of the module's calls on a handle have this shape; each is then
+ * one line where it is defined.
+ */
+#define PY_HANDLE_CALL(pyfn, cfn, nogil)				\
+PyObject *								\
+pyfn(PyObject *self, PyObject *args)					\
+{									\
+	PyThreadState *ts = NULL;					\
+	void *h;							\
+	int ret;							\
+									\
+	(void)self;							\
+	if (!PyArg_ParseTuple(args, "O&", handle_arg, &h))		\
+		return NULL;						\
+	msg_clear();							\
+	if (nogil)							\
+		ts = PyEval_SaveThread();				\
+	ret = cfn(h);							\
+	if (ts != NULL)							\
+		PyEval_RestoreThread(ts);				\
+	if (ret < 0)							\
+		return raise_errno(ret, #cfn);				\
+	Py_RETURN_NONE;							\
+}
 int u64_arg(PyObject *o, void *out);
 int column_get(PyObject *o, struct column *c, int scalar_ok, int four_ok,
 	       const char *name);

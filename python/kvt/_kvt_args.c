@@ -80,6 +80,14 @@ raise_errno(int err, const char *what)
 	return NULL;
 }
 
+PyObject *
+handle_or_raise(void *p, int err, const char *what)
+{
+	if (p == NULL)
+		return raise_errno(err, what);
+	return H(p);
+}
+
 /* A handle argument: a non-zero int. */
 int
 handle_arg(PyObject *o, void *out)

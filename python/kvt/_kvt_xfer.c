@@ -27,42 +27,12 @@ py_batch_alloc(PyObject *self, PyObject *args)
 	b = kvt_batch_alloc(n);
 	if (b == NULL)
 		err = rte_errno;
-	if (b == NULL)
-		return raise_errno(err, "kvt_batch_alloc");
-	return H(b);
+	return handle_or_raise(b, err, "kvt_batch_alloc");
 }
 
-PyObject *
-py_batch_free(PyObject *self, PyObject *args)
-{
-	void *b;
-	int ret;
+PY_HANDLE_CALL(py_batch_free, kvt_batch_free, 0)
 
-	(void)self;
-	if (!PyArg_ParseTuple(args, "O&", handle_arg, &b))
-		return NULL;
-	msg_clear();
-	ret = kvt_batch_free(b);
-	if (ret < 0)
-		return raise_errno(ret, "kvt_batch_free");
-	Py_RETURN_NONE;
-}
-
-PyObject *
-py_batch_reset(PyObject *self, PyObject *args)
-{
-	void *b;
-	int ret;
-
-	(void)self;
-	if (!PyArg_ParseTuple(args, "O&", handle_arg, &b))
-		return NULL;
-	msg_clear();
-	ret = kvt_batch_reset(b);
-	if (ret < 0)
-		return raise_errno(ret, "kvt_batch_reset");
-	Py_RETURN_NONE;
-}
+PY_HANDLE_CALL(py_batch_reset, kvt_batch_reset, 0)
 
 /*
  * The options of a submission: flags (KVT_SUBMIT_* in the low bits, the
@@ -580,26 +550,10 @@ py_fence_create(PyObject *self, PyObject *args)
 	if (ft == NULL)
 		err = rte_errno;
 	Py_END_ALLOW_THREADS
-	if (ft == NULL)
-		return raise_errno(err, "kvt_fence_table_create");
-	return H(ft);
+	return handle_or_raise(ft, err, "kvt_fence_table_create");
 }
 
-PyObject *
-py_fence_destroy(PyObject *self, PyObject *args)
-{
-	void *ft;
-	int ret;
-
-	(void)self;
-	if (!PyArg_ParseTuple(args, "O&", handle_arg, &ft))
-		return NULL;
-	msg_clear();
-	ret = kvt_fence_table_destroy(ft);
-	if (ret < 0)
-		return raise_errno(ret, "kvt_fence_table_destroy");
-	Py_RETURN_NONE;
-}
+PY_HANDLE_CALL(py_fence_destroy, kvt_fence_table_destroy, 0)
 
 PyObject *
 py_fence_handle(PyObject *self, PyObject *args)
