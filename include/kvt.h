@@ -349,8 +349,8 @@ int kvt_batch_reset(struct kvt_batch *batch);
  * Every request is validated before anything is queued; on error nothing
  * is queued.  The requests are cut into slices (--kvt-slice) spread over
  * every port that reaches the peer for that memory.  A submission larger
- * than the pipeline is queued as room frees up, driven by kvt_poll() and
- * kvt_wait().  A fence (KVT_SUBMIT_FENCE) and a notification are written
+ * than the pipeline is queued as space frees up: kvt_poll() and
+ * kvt_wait() pump the rest in.  A fence (KVT_SUBMIT_FENCE) and a notification are written
  * only after every request of the submission has completed, and not at
  * all when one failed.
  *
@@ -437,8 +437,9 @@ int kvt_submit_blocks(struct kvt_batch *batch, struct kvt_peer *peer,
 		      const struct kvt_submit_opts *opts);
 
 /**
- * Make progress and count the requests not yet settled.  It neither locks
- * nor makes a system call, and costs what settled since the last call,
+ * Pump the batch (queue what its submissions still have to send: what a
+ * full ring refused, slices held back by the ports' caps), then count the
+ * requests not yet settled.  It neither locks nor makes a system call, and costs what settled since the last call,
  * not what is pending: a submission that settles behind a pending one is
  * finished (its overlap claims released) at the next call.  A submission
  * whose done word a GPU stores itself (nvlink) is finished in submission

@@ -59,7 +59,7 @@ finish(struct kvt_batch *b, struct kvt_sub *s)
 }
 
 static int
-sub_done(const struct kvt_sub *s)
+done_word_set(const struct kvt_sub *s)
 {
 	return __atomic_load_n(&s->done, __ATOMIC_ACQUIRE) != 0;
 }
@@ -76,7 +76,7 @@ finish_list(struct kvt_batch *b, struct kvt_sub *s, struct kvt_sub *wait)
 		b->looked_at++;
 		if (s->finished)
 			continue;
-		if (sub_done(s)) {
+		if (done_word_set(s)) {
 			finish(b, s);
 		} else {
 			s->settled_next = wait;
@@ -115,7 +115,7 @@ reap(struct kvt_batch *b)
 	while (b->reap < b->nsubs) {
 		s = sub_at(b, b->reap);
 		b->looked_at++;
-		if (!s->finished && !sub_done(s))
+		if (!s->finished && !done_word_set(s))
 			break;
 		finish(b, s);
 		b->reap++;
@@ -260,11 +260,11 @@ kvt_status(struct kvt_batch *b, unsigned int idx)
 		/* Requests settle one by one; a cancelled one never fills
 		 * its settled word, but its submission is done. */
 		if (__atomic_load_n(&r->settled, __ATOMIC_ACQUIRE) < r->x.len &&
-		    !sub_done(s))
+		    !done_word_set(s))
 			return -EINPROGRESS;
 		return __atomic_load_n(&r->err, __ATOMIC_ACQUIRE);
 	}
-	if (!sub_done(s))
+	if (!done_word_set(s))
 		return -EINPROGRESS;
 	err = __atomic_load_n(&r->err, __ATOMIC_ACQUIRE);
 	if (err == 0 && s->flags != 0)
@@ -483,9 +483,9 @@ cancel_unqueued(struct kvt_batch *b)
 	/* Lcores and ports are stopped: nobody else writes done words. */
 	for (i = b->reap; i < b->nsubs; i++) {
 		s = sub_at(b, i);
-		if (!sub_done(s)) {
+		if (!done_word_set(s)) {
 			set_err(&s->err, -ECANCELED);
-			sub_settle(s);
+			sub_publish(s);
 		}
 		finish(b, s);
 	}

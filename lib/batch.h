@@ -267,7 +267,7 @@ kvt_batch_wake(struct kvt_batch *b)
  * to it and look at the stack: one of the two sees the other.
  */
 static inline void
-sub_settle(struct kvt_sub *s)
+sub_publish(struct kvt_sub *s)
 {
 	struct kvt_batch *b = s->b;
 	struct kvt_sub *top = __atomic_load_n(&b->settled, __ATOMIC_RELAXED);

@@ -23,7 +23,7 @@
 /* Completions settled together: counters and frees once per burst. */
 #define KVT_SETTLE_BURST 64
 
-static void tail_done(struct kvt_desc *d, int err);
+static void settle_tail(struct kvt_desc *d, int err);
 
 /* Send a tail descriptor out, preferably on the port `here`. */
 static void
@@ -34,7 +34,7 @@ tail_issue(struct kvt_sub *s, struct kvt_desc *d, unsigned int here)
 	unsigned int port;
 
 	if (mask == 0) {
-		tail_done(d, -ECONNRESET);
+		settle_tail(d, -ECONNRESET);
 		return;
 	}
 	port = here < KVT_MAX_PORTS && (mask & (1u << here)) ? here :
@@ -44,12 +44,12 @@ tail_issue(struct kvt_sub *s, struct kvt_desc *d, unsigned int here)
 	d->prio = s->prio;	/* a deferred tail is never taken from a ring */
 	if (port == here) {
 		if (kvt_lcore_defer(d) < 0)
-			tail_done(d, -ECANCELED);
+			settle_tail(d, -ECANCELED);
 		return;
 	}
 	if (!lcores_up() ||
 	    kvt_lcore_enqueue(kvt_eng->ports[port]->lcore, d->prio, &d, 1) != 1)
-		tail_done(d, -ENOBUFS);
+		settle_tail(d, -ENOBUFS);
 }
 
 /* STRIPED: the last request settled on port `here`. */
@@ -57,13 +57,13 @@ void
 kvt_sub_tails_start(struct kvt_sub *s, unsigned int here)
 {
 	if (__atomic_load_n(&s->err, __ATOMIC_ACQUIRE) != 0)
-		sub_settle(s);
+		sub_publish(s);
 	else if (s->flags & SUB_F_FENCE)
 		tail_issue(s, &s->tail[TAIL_FENCE], here);
 	else if (s->flags & SUB_F_NOTIFY)
 		tail_issue(s, &s->tail[TAIL_NOTIFY], here);
 	else
-		sub_settle(s);
+		sub_publish(s);
 }
 
 /* Every byte of one of s's requests settled (done or failed) on port
@@ -167,7 +167,7 @@ tail_move(struct kvt_desc *d, int err)
 }
 
 static void
-tail_done(struct kvt_desc *d, int err)
+settle_tail(struct kvt_desc *d, int err)
 {
 	struct kvt_sub *s = d->owner;
 
@@ -183,7 +183,7 @@ tail_done(struct kvt_desc *d, int err)
 	    __atomic_load_n(&s->err, __ATOMIC_ACQUIRE) == 0)
 		tail_issue(s, &s->tail[TAIL_NOTIFY], d->port);
 	else
-		sub_settle(s);
+		sub_publish(s);
 }
 
 static int
@@ -226,7 +226,7 @@ slice_retry(struct kvt_desc *d, struct kvt_req *r, struct kvt_sub *s)
 }
 
 static void
-slice_done(struct kvt_desc *d, int err)
+settle_slice(struct kvt_desc *d, int err)
 {
 	struct kvt_req *r = d->owner;
 	struct kvt_port *port = kvt_eng->ports[d->port];
@@ -262,14 +262,14 @@ settle_one(struct kvt_desc *d, int err)
 	switch (d->op) {
 	case KVT_DESC_READ:
 	case KVT_DESC_WRITE:
-		slice_done(d, err);
+		settle_slice(d, err);
 		break;
 	case KVT_DESC_FENCE:
 	case KVT_DESC_NOTIFY:
-		tail_done(d, err);
+		settle_tail(d, err);
 		break;
 	case KVT_DESC_DONE:
-		sub_settle(d->owner);
+		sub_publish(d->owner);
 		break;
 	default:
 		break;
@@ -317,7 +317,7 @@ acc_commit(struct burst_acc *a, uint64_t now)
 	*a = (struct burst_acc){ 0 };
 }
 
-/* A slice that succeeded, in a burst: what slice_done does, with the
+/* A slice that succeeded, in a burst: what settle_slice does, with the
  * counters in a and the descriptor to free in fr. */
 static void
 slice_ok(struct kvt_desc *d, struct burst_acc *a, uint64_t now,
@@ -352,7 +352,7 @@ slice_ok(struct kvt_desc *d, struct burst_acc *a, uint64_t now,
 }
 
 static void
-desc_settle(struct kvt_desc *const *c, unsigned int n)
+settle_burst(struct kvt_desc *const *c, unsigned int n)
 {
 	struct kvt_desc *fr[KVT_SETTLE_BURST];
 	struct burst_acc a = { 0 };
@@ -411,10 +411,10 @@ kvt_port_settle(struct kvt_port *p)
 		next = d->next;
 		c[n] = d;
 		if (++n == RTE_DIM(c)) {
-			desc_settle(c, n);
+			settle_burst(c, n);
 			n = 0;
 		}
 	}
 	if (n != 0)
-		desc_settle(c, n);
+		settle_burst(c, n);
 }

@@ -593,7 +593,7 @@ void kvt_claim_drop(struct kvt_claim *c);
 /* Choose a port among mask for len bytes. */
 unsigned int kvt_stripe_pick(uint32_t mask, uint32_t len, uint64_t seq);
 /* The ports of mask that may take more slices now (below their cap). */
-uint32_t kvt_stripe_room(uint32_t mask);
+uint32_t kvt_stripe_space(uint32_t mask);
 /* Every port of mask at its cap: microseconds until the first finishes
  * what it holds, at its rate; else 0. */
 uint64_t kvt_stripe_drain_us(uint32_t mask);

@@ -84,7 +84,7 @@ kvt_set_idle(const char *policy)
 
 /* Settle what p's PMD handed back during the call that just returned. */
 static inline void
-settle(struct kvt_port *p)
+settle_port(struct kvt_port *p)
 {
 	if (p->done_head != NULL)
 		kvt_port_settle(p);
@@ -101,7 +101,7 @@ run_call(struct kvt_call *c)
 		return;
 	}
 	c->ret = c->fn(c->port, c->arg);
-	settle(c->port);
+	settle_port(c->port);
 	__atomic_store_n(&c->state, CALL_DONE, __ATOMIC_RELEASE);
 }
 
@@ -123,7 +123,7 @@ run_calls(struct kvt_lcore *lc)
 
 /* A submission's tail (fence, notification, done) is handled alone. */
 static inline int
-single(const struct kvt_desc *d)
+is_tail(const struct kvt_desc *d)
 {
 	return d->op == KVT_DESC_FENCE || d->op == KVT_DESC_NOTIFY ||
 		d->op == KVT_DESC_DONE;
@@ -140,7 +140,7 @@ dispatch(struct kvt_desc **d, unsigned int n)
 		/* A fence or notification of a failed submission must not
 		 * reach the peer; a done marker waits for the notification
 		 * ahead of it. */
-		if (single(d[i])) {
+		if (is_tail(d[i])) {
 			switch (kvt_desc_gate(d[i])) {
 			case KVT_GATE_CANCEL:
 				kvt_desc_finish(d[i++], -ECANCELED);
@@ -151,12 +151,12 @@ dispatch(struct kvt_desc **d, unsigned int n)
 			}
 		}
 		j = i + 1;
-		while (!single(d[i]) && j < n && d[j]->port == d[i]->port &&
-		       !single(d[j]))
+		while (!is_tail(d[i]) && j < n && d[j]->port == d[i]->port &&
+		       !is_tail(d[j]))
 			j++;
 		p = kvt_eng->ports[d[i]->port];
 		p->pmd->ops->submit(p, &d[i], j - i);
-		settle(p);
+		settle_port(p);
 		i = j;
 	}
 }
@@ -306,7 +306,7 @@ grace_us(const struct kvt_lcore *lc, const struct kvt_opts *o)
 }
 
 static inline unsigned int
-take(struct kvt_lcore *lc, enum kvt_prio c, struct kvt_desc **d,
+ring_take(struct kvt_lcore *lc, enum kvt_prio c, struct kvt_desc **d,
      unsigned int max)
 {
 	unsigned int n, i;
@@ -348,7 +348,7 @@ run_cut(struct kvt_held *h, unsigned int max, int *fin)
  * marker follow its slices.  @return how many went.
  */
 static unsigned int
-serve(struct kvt_lcore *lc, enum kvt_prio c, unsigned int step,
+serve_held(struct kvt_lcore *lc, enum kvt_prio c, unsigned int step,
       unsigned int budget)
 {
 	struct kvt_held *h = &lc->held[c];
@@ -388,7 +388,7 @@ take_all(struct kvt_lcore *lc)
 	for (c = 0; c < KVT_PRIO_CLASSES; c++) {
 		h = &lc->held[c];
 		if (h->pos == h->n) {
-			h->n = take(lc, (enum kvt_prio)c, h->d, KVT_BURST);
+			h->n = ring_take(lc, (enum kvt_prio)c, h->d, KVT_BURST);
 			h->pos = 0;
 		}
 	}
@@ -429,15 +429,15 @@ lcore_main(void *arg)
 		/* A call queued before those descriptors runs before them
 		 * (a connection attached before its first slice). */
 		work = rte_ring_empty(lc->calls) ? 0 : run_calls(lc);
-		work += serve(lc, KVT_PRIO_URGENT, KVT_BURST, KVT_BURST);
-		work += serve(lc, KVT_PRIO_NORMAL, KVT_BURST, KVT_BURST);
-		work += serve(lc, KVT_PRIO_BULK, KVT_BULK_STEP, KVT_BURST);
+		work += serve_held(lc, KVT_PRIO_URGENT, KVT_BURST, KVT_BURST);
+		work += serve_held(lc, KVT_PRIO_NORMAL, KVT_BURST, KVT_BURST);
+		work += serve_held(lc, KVT_PRIO_BULK, KVT_BULK_STEP, KVT_BURST);
 		if (lc->defer != NULL)
 			work += run_deferred(lc);
 		for (i = 0; i < lc->nports; i++) {
 			p = lc->ports[i];
 			work += p->pmd->ops->poll(p);
-			settle(p);
+			settle_port(p);
 			if (p->done_bytes != 0) {
 				__atomic_fetch_sub(&p->inflight_bytes, p->done_bytes,
 						   __ATOMIC_RELAXED);

@@ -138,7 +138,7 @@ fill_slice(struct kvt_batch *b, struct kvt_sub *s, struct kvt_cursor *cur,
 
 	slice_at(s, r, cur, &len, d);
 	/* Only the descriptor's first cache line is written here: the
-	 * class is the lcore's to write (take(), kvt_sub_cut()). */
+	 * class is the lcore's to write (ring_take(), kvt_sub_cut()). */
 	d->op = r->x.op == KVT_OP_READ ? KVT_DESC_READ : KVT_DESC_WRITE;
 	if (s->mode == SUB_ORDERED) {
 		/* One port, no choice, and no count of striped bytes in
@@ -147,11 +147,11 @@ fill_slice(struct kvt_batch *b, struct kvt_sub *s, struct kvt_cursor *cur,
 		d->flags = KVT_DF_ORDERED;
 		d->port = s->port;
 	} else {
-		uint32_t mask = usable_ports(r, s->peer), room;
+		uint32_t mask = usable_ports(r, s->peer), space;
 
 		d->flags = 0;
-		room = (mask & (mask - 1)) != 0 ? kvt_stripe_room(mask) : mask;
-		d->port = (uint16_t)kvt_stripe_pick(room != 0 ? room : mask,
+		space = (mask & (mask - 1)) != 0 ? kvt_stripe_space(mask) : mask;
+		d->port = (uint16_t)kvt_stripe_pick(space != 0 ? space : mask,
 						    len, b->seq++);
 	}
 	d->len = len;
@@ -168,7 +168,7 @@ static void
 sub_desc_init(struct kvt_sub *s, struct kvt_desc *d, uint8_t op)
 {
 	/* The first cache line only: the second is written where the
-	 * descriptor is taken (its class, in take()), completed (status) or
+	 * descriptor is taken (its class, in ring_take()), completed (status) or
 	 * linked (next), on the lcore, and a striped tail's number below. */
 	RTE_BUILD_BUG_ON(offsetof(struct kvt_desc, prio) != RTE_CACHE_LINE_SIZE);
 	memset(d, 0, offsetof(struct kvt_desc, prio));
@@ -312,7 +312,7 @@ pump_sub(struct kvt_batch *b, struct kvt_sub *s)
 		 * rest waits for whichever drains first (kvt_poll,
 		 * kvt_wait).  Urgent work does not wait behind bulk. */
 		if (s->mode == SUB_STRIPED && s->prio != KVT_PRIO_URGENT &&
-		    kvt_stripe_room(usable_ports(&b->req[s->cur.req], s->peer)) == 0)
+		    kvt_stripe_space(usable_ports(&b->req[s->cur.req], s->peer)) == 0)
 			return 0;
 		k = desc_get(d, (unsigned int)RTE_MIN(s->cur.left,
 						      (uint64_t)KVT_BURST));

@@ -441,7 +441,7 @@ same_source(const struct sockaddr_storage *a, const struct sockaddr_storage *b)
  * newest first.)
  */
 static void
-preauth_room(const struct sockaddr_storage *ss)
+preauth_space(const struct sockaddr_storage *ss)
 {
 	struct kvt_session *s, *oldest = NULL, *oldest_src = NULL;
 	unsigned int all = 0, src = 0;
@@ -489,7 +489,7 @@ kvt_sess_accept(void)
 		}
 		if (fd < 0)
 			return;
-		preauth_room(&ss);
+		preauth_space(&ss);
 		if (nsessions >= KVT_MAX_SESSIONS) {
 			close(fd);
 			continue;

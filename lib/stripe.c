@@ -68,17 +68,17 @@ port_cap(const struct kvt_port *p)
 }
 
 uint32_t
-kvt_stripe_room(uint32_t mask)
+kvt_stripe_space(uint32_t mask)
 {
 	const struct kvt_port *p;
-	uint32_t m, room = 0;
+	uint32_t m, space = 0;
 
 	for (m = mask; m != 0; m &= m - 1) {
 		p = kvt_eng->ports[__builtin_ctz(m)];
 		if (__atomic_load_n(&p->inflight_bytes, __ATOMIC_RELAXED) < port_cap(p))
-			room |= m & -m;
+			space |= m & -m;
 	}
-	return room;
+	return space;
 }
 
 unsigned int
@@ -129,7 +129,7 @@ kvt_stripe_drain_us(uint32_t mask)
 	const struct kvt_port *p;
 	uint32_t m;
 
-	if (mask == 0 || kvt_stripe_room(mask) != 0)
+	if (mask == 0 || kvt_stripe_space(mask) != 0)
 		return 0;	/* a port takes more now */
 	for (m = mask; m != 0; m &= m - 1) {
 		p = kvt_eng->ports[__builtin_ctz(m)];

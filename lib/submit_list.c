@@ -243,7 +243,7 @@ kvt_submit_pages(struct kvt_batch *b, struct kvt_peer *p,
 /* Room for the submission's own copy of the block list (blocks_check()
  * fills it), and for the first block of each run (n + 1 at most). */
 static struct kvt_xblocks *
-blocks_room(struct kvt_batch *b, const struct kvt_blocks *bl)
+blocks_space(struct kvt_batch *b, const struct kvt_blocks *bl)
 {
 	size_t col = (size_t)bl->n * sizeof(uint64_t);
 	struct kvt_xblocks *xb;
@@ -388,7 +388,7 @@ kvt_submit_blocks(struct kvt_batch *b, struct kvt_peer *p,
 	if (ret < 0)
 		return ret;
 	mark = arena_mark(b);
-	xb = blocks_room(b, bl);
+	xb = blocks_space(b, bl);
 	if (xb == NULL) {
 		arena_release(b, mark);
 		return -ENOMEM;

@@ -134,29 +134,29 @@ Test(rdma, qpinfo_encoding)
 		a.qpn[i] = 0x100 + i;
 		a.psn[i] = 0xfffff0 + i;
 	}
-	cr_assert_eq(kvt_rdma_qpinfo_encode(&a, &buf), 0);
-	cr_assert_eq(kvt_rdma_qpinfo_decode(buf.data, buf.len, &b), 0);
+	cr_assert_eq(rd_qpinfo_encode(&a, &buf), 0);
+	cr_assert_eq(rd_qpinfo_decode(buf.data, buf.len, &b), 0);
 	cr_assert_eq(memcmp(&a, &b, sizeof(a)), 0);
 	/* Every truncation and every extension is refused. */
 	for (i = 0; i < buf.len; i++)
-		cr_assert_eq(kvt_rdma_qpinfo_decode(buf.data, i, &b), -EPROTO);
+		cr_assert_eq(rd_qpinfo_decode(buf.data, i, &b), -EPROTO);
 	memcpy(bad, buf.data, buf.len);
-	cr_assert_eq(kvt_rdma_qpinfo_decode(bad, buf.len + 1, &b), -EPROTO);
+	cr_assert_eq(rd_qpinfo_decode(bad, buf.len + 1, &b), -EPROTO);
 	bad[0] = 2;	/* version */
-	cr_assert_eq(kvt_rdma_qpinfo_decode(bad, buf.len, &b), -EPROTO);
+	cr_assert_eq(rd_qpinfo_decode(bad, buf.len, &b), -EPROTO);
 	memcpy(bad, buf.data, buf.len);
 	bad[1] = 0;	/* no queue pair */
-	cr_assert_eq(kvt_rdma_qpinfo_decode(bad, buf.len, &b), -EPROTO);
+	cr_assert_eq(rd_qpinfo_decode(bad, buf.len, &b), -EPROTO);
 	bad[1] = RD_MAX_QPS + 1;
-	cr_assert_eq(kvt_rdma_qpinfo_decode(bad, buf.len, &b), -EPROTO);
+	cr_assert_eq(rd_qpinfo_decode(bad, buf.len, &b), -EPROTO);
 	memcpy(bad, buf.data, buf.len);
 	bad[2] = 9;	/* MTU */
-	cr_assert_eq(kvt_rdma_qpinfo_decode(bad, buf.len, &b), -EPROTO);
+	cr_assert_eq(rd_qpinfo_decode(bad, buf.len, &b), -EPROTO);
 	memcpy(bad, buf.data, buf.len);
 	bad[buf.len - 1] = 0x01;	/* a PSN above 24 bits */
-	cr_assert_eq(kvt_rdma_qpinfo_decode(bad, buf.len, &b), -EPROTO);
+	cr_assert_eq(rd_qpinfo_decode(bad, buf.len, &b), -EPROTO);
 	a.nqps = 0;
-	cr_assert_eq(kvt_rdma_qpinfo_encode(&a, &buf), -EINVAL);
+	cr_assert_eq(rd_qpinfo_encode(&a, &buf), -EINVAL);
 	kvt_buf_free(&buf);
 }
 
@@ -175,21 +175,21 @@ Test(rdma, endpoint_encoding_and_rails)
 	}
 	e[2].link = KVT_LINK_IB;
 	e[2].lid = 12;
-	cr_assert_eq(kvt_rdma_endpoint_encode(&e[2], &buf), 0);
+	cr_assert_eq(rd_endpoint_encode(&e[2], &buf), 0);
 	memset(&d, 0, sizeof(d));
-	cr_assert_eq(kvt_rdma_endpoint_decode(buf.data, buf.len, &d), 0);
+	cr_assert_eq(rd_endpoint_decode(buf.data, buf.len, &d), 0);
 	cr_assert_eq(memcmp(&d, &e[2], sizeof(d)), 0);
 	for (i = 0; i < buf.len; i++)
-		cr_assert_eq(kvt_rdma_endpoint_decode(buf.data, i, &d), -EPROTO);
+		cr_assert_eq(rd_endpoint_decode(buf.data, i, &d), -EPROTO);
 	memset(buf.data + 1, 'x', 32);	/* a name without its end */
-	cr_assert_eq(kvt_rdma_endpoint_decode(buf.data, buf.len, &d), -EPROTO);
+	cr_assert_eq(rd_endpoint_decode(buf.data, buf.len, &d), -EPROTO);
 	kvt_buf_free(&buf);
 	/* The same rail by name, else by position, never across link layers. */
-	cr_assert_eq(kvt_rdma_pick_endpoint("mlx5_1", KVT_LINK_ETH, 0, e, 3), 1);
-	cr_assert_eq(kvt_rdma_pick_endpoint("mlx5_7", KVT_LINK_ETH, 1, e, 3), 1);
-	cr_assert_eq(kvt_rdma_pick_endpoint("mlx5_7", KVT_LINK_ETH, 2, e, 3), 0);
-	cr_assert_eq(kvt_rdma_pick_endpoint("mlx5_0", KVT_LINK_IB, 0, e, 3), 2);
-	cr_assert_eq(kvt_rdma_pick_endpoint("mlx5_0", KVT_LINK_IB, 0, e, 2), -1);
+	cr_assert_eq(rd_pick_endpoint("mlx5_1", KVT_LINK_ETH, 0, e, 3), 1);
+	cr_assert_eq(rd_pick_endpoint("mlx5_7", KVT_LINK_ETH, 1, e, 3), 1);
+	cr_assert_eq(rd_pick_endpoint("mlx5_7", KVT_LINK_ETH, 2, e, 3), 0);
+	cr_assert_eq(rd_pick_endpoint("mlx5_0", KVT_LINK_IB, 0, e, 3), 2);
+	cr_assert_eq(rd_pick_endpoint("mlx5_0", KVT_LINK_IB, 0, e, 2), -1);
 	cr_assert_eq(RD_WRID_SLOT(RD_WRID(255, 7, 1, 12345)), 255);
 	cr_assert_eq(RD_WRID_GEN(RD_WRID(255, 7, 1, 12345)), 7);
 	cr_assert_eq(RD_WRID_RECV(RD_WRID(255, 7, 1, 12345)), 1);

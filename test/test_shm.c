@@ -111,18 +111,18 @@ sizes_roundtrip(const char *how)
 	kvt_fini();
 }
 
-Test(xfer, sizes_memfd, .timeout = 120)
+Test(shm, sizes_memfd, .timeout = 120)
 {
 	sizes_roundtrip("alloc");
 }
 
-Test(xfer, sizes_cross_memory_attach, .timeout = 120)
+Test(shm, sizes_cross_memory_attach, .timeout = 120)
 {
 	sizes_roundtrip("malloc");
 }
 
 /* Striping over several shm ports moves the same bytes. */
-Test(xfer, striped_ports, .timeout = 120)
+Test(shm, striped_ports, .timeout = 120)
 {
 	struct kvt_port_stats st;
 	struct tc_peer t;
@@ -184,7 +184,7 @@ writer(void *arg)
 	return NULL;
 }
 
-Test(xfer, concurrent_batches_two_threads, .timeout = 120)
+Test(shm, concurrent_batches_two_threads, .timeout = 120)
 {
 	struct thr w[2];
 	pthread_t th[2];
@@ -216,7 +216,7 @@ Test(xfer, concurrent_batches_two_threads, .timeout = 120)
 }
 
 /* Three engines: we write to A and B, and A writes to B. */
-Test(xfer, three_engines, .timeout = 120)
+Test(shm, three_engines, .timeout = 120)
 {
 	struct tc_peer a, b;
 	struct side src;
@@ -272,7 +272,7 @@ submit1(struct kvt_batch *b, struct kvt_peer *p, uint32_t op, void *local,
 }
 
 /* Each refusal has its own errno, and nothing is queued. */
-Test(xfer, validation_errors, .timeout = 120)
+Test(shm, validation_errors, .timeout = 120)
 {
 	struct kvt_submit_opts o = { 0 };
 	struct kvt_xfer bad = { .op = KVT_OP_WRITE, .rsvd = 1, .len = 1 };
@@ -351,7 +351,7 @@ Test(xfer, validation_errors, .timeout = 120)
 	kvt_fini();
 }
 
-Test(xfer, overlap_refused, .timeout = 120)
+Test(shm, overlap_refused, .timeout = 120)
 {
 	struct kvt_submit_opts allow = { .flags = KVT_SUBMIT_ALLOW_OVERLAP };
 	struct kvt_xfer two[2];
@@ -463,12 +463,12 @@ fences(const char *pmd)
 	kvt_fini();
 }
 
-Test(xfer, fences_ordered, .timeout = 120)
+Test(shm, fences_ordered, .timeout = 120)
 {
 	fences("--kvt-pmd shm");
 }
 
-Test(xfer, fences_striped, .timeout = 120)
+Test(shm, fences_striped, .timeout = 120)
 {
 	fences("--kvt-pmd shm,ports=3");
 }
@@ -530,19 +530,19 @@ notify_after_data(const char *pmd)
 	kvt_fini();
 }
 
-Test(xfer, notify_after_data_ordered, .timeout = 120)
+Test(shm, notify_after_data_ordered, .timeout = 120)
 {
 	notify_after_data("--kvt-pmd shm");
 }
 
-Test(xfer, notify_after_data_striped, .timeout = 120)
+Test(shm, notify_after_data_striped, .timeout = 120)
 {
 	notify_after_data("--kvt-pmd shm,ports=3");
 }
 
 /* A peer killed mid-batch: no hang, the right status, the others carry
  * on, and it can be reopened once restarted. */
-Test(xfer, peer_killed_mid_batch, .timeout = 120)
+Test(shm, peer_killed_mid_batch, .timeout = 120)
 {
 	const unsigned int n = 8192;
 	const uint64_t blk = 64 << 10;
@@ -617,7 +617,7 @@ Test(xfer, peer_killed_mid_batch, .timeout = 120)
  * has seen them all, the batch can be reset at once (the lcore's last
  * store is waited out, not reported as -EBUSY).
  */
-Test(xfer, reset_right_after_status, .timeout = 120)
+Test(shm, reset_right_after_status, .timeout = 120)
 {
 	const unsigned int n = 8, rounds = 3000;
 	struct kvt_xfer x[8];

@@ -59,18 +59,18 @@ fini(void)
 }
 
 static int
-discover(struct kvt_topo *t, const char *allow, const char *extra,
+discover(struct rd_topo *t, const char *allow, const char *extra,
 	 const char *const *pci, unsigned int npci, const char *json,
 	 char *err, size_t errlen)
 {
-	return kvt_topo_discover(t, root, allow, extra, pci, npci, json, err,
+	return rd_topo_discover(t, root, allow, extra, pci, npci, json, err,
 				 errlen);
 }
 
 Test(topo, dgx_shape, .fini = fini)
 {
-	struct kvt_topo t;
-	struct kvt_topo_pref p;
+	struct rd_topo t;
+	struct rd_topo_pref p;
 	struct kvt_loc loc;
 	char err[256];
 	unsigned int i;
@@ -96,19 +96,19 @@ Test(topo, dgx_shape, .fini = fini)
 	cr_assert_eq(t.cpu[0].fallback, 0xf0);
 	cr_assert_eq(t.cpu[1].preferred, 0xf0);
 	loc = (struct kvt_loc){ KVT_LOC_CUDA, 6 };
-	cr_assert_eq(kvt_topo_lookup(&t, &loc, &p), 0);
+	cr_assert_eq(rd_topo_lookup(&t, &loc, &p), 0);
 	cr_assert_eq(p.preferred, 0x40);
 	loc = (struct kvt_loc){ KVT_LOC_CUDA, 9 };
-	cr_assert_eq(kvt_topo_lookup(&t, &loc, &p), -ENOENT);
+	cr_assert_eq(rd_topo_lookup(&t, &loc, &p), -ENOENT);
 	/* Memory of a node sysfs does not list: every NIC is as good. */
 	loc = (struct kvt_loc){ KVT_LOC_CPU, 5 };
-	cr_assert_eq(kvt_topo_lookup(&t, &loc, &p), 0);
+	cr_assert_eq(rd_topo_lookup(&t, &loc, &p), 0);
 	cr_assert_eq(p.preferred, 0xff);
 }
 
 Test(topo, allow_list_nearest_remaining, .fini = fini)
 {
-	struct kvt_topo t;
+	struct rd_topo t;
 	char err[256];
 
 	machine(NULL);
@@ -132,7 +132,7 @@ Test(topo, allow_list_nearest_remaining, .fini = fini)
  * one's preferred or fallback NIC. */
 Test(topo, down_nic_listed_not_used, .fini = fini)
 {
-	struct kvt_topo t;
+	struct rd_topo t;
 	char err[256];
 
 	machine("mlx5_3");
@@ -148,7 +148,7 @@ Test(topo, down_nic_listed_not_used, .fini = fini)
 Test(topo, visible_gpu_subset, .fini = fini)
 {
 	const char *pci[] = { "0000:8b:00.0", "0000:ff:00.0" };
-	struct kvt_topo t;
+	struct rd_topo t;
 	char err[256];
 
 	machine(NULL);
@@ -164,7 +164,7 @@ Test(topo, visible_gpu_subset, .fini = fini)
 /* Verbs devices without sysfs entries (soft devices, test doubles). */
 Test(topo, verbs_only_nics, .fini = fini)
 {
-	struct kvt_topo t;
+	struct rd_topo t;
 	char err[256];
 
 	cr_assert_eq(st_root(root, sizeof(root)), 0);
@@ -191,7 +191,7 @@ write_file(const char *path, const char *text)
 
 Test(topo, json_override, .fini = fini)
 {
-	struct kvt_topo t;
+	struct rd_topo t;
 	char err[256], json[300];
 
 	machine(NULL);
@@ -221,7 +221,7 @@ Test(topo, json_errors, .fini = fini)
 		{ "{ \"cpu:0\": ", "line" },
 		{ "[1, 2]", "not a JSON object" },
 	};
-	struct kvt_topo t;
+	struct rd_topo t;
 	char err[256], json[300];
 	unsigned int i;
 

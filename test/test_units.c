@@ -396,13 +396,13 @@ model_cap(const struct kvt_port *p)
 
 /* Seeded random port states: the pick is the port where the slice would
  * finish first, ports of unknown rate counting as the fastest; every
- * 64th goes round the mask; room and drain time follow the caps. */
-Test(stripe, pick_room_and_drain_match_the_model, .init = stripe_setup,
+ * 64th goes round the mask; space and drain time follow the caps. */
+Test(stripe, pick_space_and_drain_match_the_model, .init = stripe_setup,
      .fini = stripe_teardown)
 {
 	uint64_t s = 12345, best_cost, cost, fastest, seq, inflight_before;
 	unsigned int round, i, want, got;
-	uint32_t mask, room, len;
+	uint32_t mask, space, len;
 
 	for (round = 0; round < 20000; round++) {
 		for (i = 0; i < NPORTS; i++) {
@@ -413,18 +413,18 @@ Test(stripe, pick_room_and_drain_match_the_model, .init = stripe_setup,
 		mask = (uint32_t)(1 + rnd(&s) % ((1u << NPORTS) - 1));
 		len = (uint32_t)(1 + rnd(&s) % (4u << 20));
 		seq = rnd(&s) % 1000;
-		/* room */
+		/* space */
 		want = 0;
 		for (i = 0; i < NPORTS; i++)
 			if ((mask & (1u << i)) &&
 			    sports[i].inflight_bytes < model_cap(&sports[i]))
 				want |= 1u << i;
-		room = kvt_stripe_room(mask);
-		cr_assert_eq(room, want, "round %u: room %#x, model %#x", round,
-			     room, want);
-		/* drain: 0 while a port has room or an unknown rate, else
+		space = kvt_stripe_space(mask);
+		cr_assert_eq(space, want, "round %u: space %#x, model %#x", round,
+			     space, want);
+		/* drain: 0 while a port has space or an unknown rate, else
 		 * the soonest a port drains. */
-		if (room != 0) {
+		if (space != 0) {
 			cr_assert_eq(kvt_stripe_drain_us(mask), 0);
 		} else {
 			uint64_t us = UINT64_MAX;
@@ -493,7 +493,7 @@ Test(stripe, split_follows_the_rates, .init = stripe_setup,
 		sports[i].rate_bpus = rate[i];
 	/* Each tick every port finishes rate[i] * 100 us of bytes. */
 	for (seq = 0; seq < 200000; seq++) {
-		if (kvt_stripe_room(0xf) == 0) {
+		if (kvt_stripe_space(0xf) == 0) {
 			for (i = 0; i < NPORTS; i++) {
 				d = rate[i] * 100;
 				sports[i].inflight_bytes -= d < sports[i].inflight_bytes ?
@@ -501,7 +501,7 @@ Test(stripe, split_follows_the_rates, .init = stripe_setup,
 			}
 			continue;
 		}
-		p = kvt_stripe_pick(kvt_stripe_room(0xf), len, seq);
+		p = kvt_stripe_pick(kvt_stripe_space(0xf), len, seq);
 		bytes[p] += len;
 		total += len;
 	}

@@ -3,7 +3,7 @@
  * RDMA verbs transport: one port per active NIC port, each on an lcore of
  * the NIC's NUMA node, with its own completion queue and RC queue pairs to
  * every peer (rdma_conn.c).  Memory is registered on every NIC; the
- * topology decides which NICs a region's bytes prefer (kvt_topo_*), so
+ * topology decides which NICs a region's bytes prefer (rd_topo_*), so
  * one request is striped over all NICs near its memory.
  *
  * Arguments (--kvt-pmd rdma,...): qps=N queue pairs per peer and NIC
@@ -25,9 +25,9 @@
 
 #include "rdma.h"
 
-RTE_LOG_REGISTER(kvt_rdma_logtype, kvt.pmd.rdma, NOTICE);
+RTE_LOG_REGISTER(rd_logtype, kvt.pmd.rdma, NOTICE);
 
-static struct kvt_topo rd_topo;
+static struct rd_topo rd_topo;
 static struct rd_dev *rd_devs;
 
 /* ---- devices ---- */
@@ -170,7 +170,7 @@ qp_timeout(uint32_t timeout_ms)
 
 static int
 port_open(const struct kvt_pmd *pmd, struct ibv_device *d,
-	  const struct kvt_topo_nic *nic, int nic_index, unsigned int ordinal,
+	  const struct rd_topo_nic *nic, int nic_index, unsigned int ordinal,
 	  unsigned int nqps, unsigned int sq)
 {
 	struct ibv_port_attr pa;
@@ -303,8 +303,8 @@ verbs_find(struct ibv_device **devs, int n, const char *name)
 static int
 rd_probe(const struct kvt_pmd *pmd, const char *args)
 {
-	char root[256] = "/", err[256], extra[1024] = "", pcis[KVT_TOPO_MAX_GPUS][16];
-	const char *cuda_pci[KVT_TOPO_MAX_GPUS];
+	char root[256] = "/", err[256], extra[1024] = "", pcis[RD_TOPO_MAX_GPUS][16];
+	const char *cuda_pci[RD_TOPO_MAX_GPUS];
 	const struct kvt_pmd_env *env = kvt_pmd_env();
 	unsigned int qps = 2, sq = 512, i, ncuda, opened = 0;
 	struct ibv_device **devs;
@@ -331,13 +331,13 @@ rd_probe(const struct kvt_pmd *pmd, const char *args)
 		snprintf(extra + l, sizeof(extra) - l, "%s%s", l ? "," : "",
 			 rd_ibv.get_device_name(devs[i]));
 	}
-	ncuda = (unsigned int)RTE_MIN(kvt_cuda_count(), KVT_TOPO_MAX_GPUS);
+	ncuda = (unsigned int)RTE_MIN(kvt_cuda_count(), RD_TOPO_MAX_GPUS);
 	for (i = 0; i < ncuda; i++) {
 		if (kvt_cuda_pci((int)i, pcis[i], sizeof(pcis[i])) < 0)
 			pcis[i][0] = '\0';
 		cuda_pci[i] = pcis[i];
 	}
-	ret = kvt_topo_discover(&rd_topo, root, env->nic_allow, extra,
+	ret = rd_topo_discover(&rd_topo, root, env->nic_allow, extra,
 				ncuda > 0 ? cuda_pci : NULL, ncuda, env->topo_file,
 				err, sizeof(err));
 	if (ret < 0) {
@@ -375,7 +375,7 @@ rd_remove(struct kvt_port *port)
 {
 	struct rd_port *rp = port->priv;
 
-	/* Every event taken was acknowledged at once (kvt_rdma_idle). */
+	/* Every event taken was acknowledged at once (rd_idle). */
 	rd_ibv.destroy_cq(rp->cq);
 	if (rp->chan != NULL)
 		rd_ibv.destroy_comp_channel(rp->chan);
@@ -432,7 +432,7 @@ static int
 rd_mem_register(struct kvt_port *port, struct kvt_lmem *m)
 {
 	struct rd_port *rp = port->priv;
-	struct kvt_topo_pref pref;
+	struct rd_topo_pref pref;
 	uint32_t bit = 1u << port->id, nic = 1u << rp->nic_index;
 	struct ibv_mr *mr;
 	int access = IBV_ACCESS_LOCAL_WRITE;
@@ -462,7 +462,7 @@ rd_mem_register(struct kvt_port *port, struct kvt_lmem *m)
 	if (mr == NULL)
 		return errno != 0 ? -errno : -EIO;
 	m->key[port->id] = mr;
-	if (kvt_topo_lookup(&rd_topo, &m->loc, &pref) == 0) {
+	if (rd_topo_lookup(&rd_topo, &m->loc, &pref) == 0) {
 		if (pref.preferred & nic)
 			m->pref_mask |= bit;
 		else if (pref.fallback & nic)
@@ -539,7 +539,7 @@ rd_endpoint(struct kvt_port *port, struct kvt_buf *ep)
 	e.mtu = rp->mtu;
 	e.lid = rp->lid;
 	memcpy(e.gid, rp->gid.raw, sizeof(e.gid));
-	return kvt_rdma_endpoint_encode(&e, ep);
+	return rd_endpoint_encode(&e, ep);
 }
 
 /* --kvt-topo is read here, but a malformed one stops every engine. */
@@ -551,7 +551,7 @@ rd_env_check(const struct kvt_pmd_env *env, char *err, size_t errlen)
 
 	if (env->topo_file == NULL)
 		return 0;
-	ret = kvt_topo_check_file(env->topo_file, why, sizeof(why));
+	ret = rd_topo_check_file(env->topo_file, why, sizeof(why));
 	if (ret < 0)
 		snprintf(err, errlen, "--kvt-topo: %s", why);
 	return ret;
@@ -567,21 +567,21 @@ static const struct kvt_pmd_ops rd_ops = {
 	.probe = rd_probe,
 	.start = rd_start,
 	.remove = rd_remove,
-	.submit = kvt_rdma_submit,
-	.poll = kvt_rdma_poll,
-	.idle = kvt_rdma_idle,
+	.submit = rd_submit,
+	.poll = rd_poll,
+	.idle = rd_idle,
 	.mem_register = rd_mem_register,
 	.mem_unregister = rd_mem_unregister,
 	.mem_export = rd_mem_export,
 	.endpoint = rd_endpoint,
-	.conn_open = kvt_rdma_conn_open,
-	.conn_accept = kvt_rdma_conn_accept,
-	.conn_ready = kvt_rdma_conn_ready,
-	.conn_close = kvt_rdma_conn_close,
+	.conn_open = rd_conn_open,
+	.conn_accept = rd_conn_accept,
+	.conn_ready = rd_conn_ready,
+	.conn_close = rd_conn_close,
 	.rmem_import = rd_rmem_import,
 	.rmem_release = rd_rmem_release,
-	.conn_msg = kvt_rdma_conn_msg,
-	.ctl_tick = kvt_rdma_ctl_tick,
+	.conn_msg = rd_conn_msg,
+	.ctl_tick = rd_ctl_tick,
 };
 
 KVT_PMD_REGISTER(rdma, rd_ops);

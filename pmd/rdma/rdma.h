@@ -17,9 +17,9 @@
 #include "kvt_pmd_kit.h"
 #include "rdma_topo.h"
 
-extern int kvt_rdma_logtype;
+extern int rd_logtype;
 #define RD_LOG(level, fmt, ...)						\
-	rte_log(RTE_LOG_ ## level, kvt_rdma_logtype, "kvt.rdma: " fmt "\n", \
+	rte_log(RTE_LOG_ ## level, rd_logtype, "kvt.rdma: " fmt "\n", \
 		##__VA_ARGS__)
 
 #define RD_MAX_QPS 8		/* queue pairs per (peer, NIC) */
@@ -119,7 +119,7 @@ struct rd_dev {
 struct rd_port {
 	struct kvt_port *port;
 	struct rd_dev *dev;
-	struct kvt_topo_nic nic;
+	struct rd_topo_nic nic;
 	int nic_index;		/* in the topology */
 	unsigned int ordinal;	/* among this engine's rdma ports */
 	struct ibv_cq *cq;
@@ -219,60 +219,60 @@ struct rd_msg {
 };
 
 /* rdma_wire.c */
-int kvt_rdma_qpinfo_encode(const struct rd_qpinfo *qi, struct kvt_buf *b);
-int kvt_rdma_qpinfo_decode(const uint8_t *p, size_t len, struct rd_qpinfo *qi);
-int kvt_rdma_endpoint_encode(const struct rd_endpoint *e, struct kvt_buf *b);
-int kvt_rdma_endpoint_decode(const uint8_t *p, size_t len,
+int rd_qpinfo_encode(const struct rd_qpinfo *qi, struct kvt_buf *b);
+int rd_qpinfo_decode(const uint8_t *p, size_t len, struct rd_qpinfo *qi);
+int rd_endpoint_encode(const struct rd_endpoint *e, struct kvt_buf *b);
+int rd_endpoint_decode(const uint8_t *p, size_t len,
 			     struct rd_endpoint *e);
 /* The endpoint of eps that port `self` of this host should pair with. */
-int kvt_rdma_pick_endpoint(const char *self, uint8_t link, unsigned int ordinal,
+int rd_pick_endpoint(const char *self, uint8_t link, unsigned int ordinal,
 			   const struct rd_endpoint *eps, unsigned int n);
-void kvt_rdma_msg_put(struct kvt_buf *b, const struct rd_msg *m);
+void rd_msg_put(struct kvt_buf *b, const struct rd_msg *m);
 /* @return 0, or -EPROTO. */
-int kvt_rdma_msg_get(const uint8_t *p, size_t len, struct rd_msg *m);
+int rd_msg_get(const uint8_t *p, size_t len, struct rd_msg *m);
 
 /* rdma_conn.c */
-int kvt_rdma_conn_open(struct kvt_port *port, const struct kvt_peer_info *pi,
+int rd_conn_open(struct kvt_port *port, const struct kvt_peer_info *pi,
 		       const struct kvt_endpoint *eps, unsigned int neps,
 		       struct kvt_buf *req, struct kvt_conn **out);
-int kvt_rdma_conn_accept(struct kvt_port *port, const struct kvt_accept *a,
+int rd_conn_accept(struct kvt_port *port, const struct kvt_accept *a,
 			 const uint8_t *req, size_t len, struct kvt_buf *rep,
 			 struct kvt_conn **out);
-int kvt_rdma_conn_ready(struct kvt_conn *c, const uint8_t *rep, size_t len);
-void kvt_rdma_conn_close(struct kvt_conn *c);
-int kvt_rdma_conn_msg(struct kvt_conn *c, const uint8_t *msg, size_t len,
+int rd_conn_ready(struct kvt_conn *c, const uint8_t *rep, size_t len);
+void rd_conn_close(struct kvt_conn *c);
+int rd_conn_msg(struct kvt_conn *c, const uint8_t *msg, size_t len,
 		      struct kvt_buf *reply);
-void kvt_rdma_ctl_tick(struct kvt_port *port, uint64_t now_us);
+void rd_ctl_tick(struct kvt_port *port, uint64_t now_us);
 
 /* rdma_xfer.c */
-void kvt_rdma_submit(struct kvt_port *port, struct kvt_desc **d, unsigned int n);
-unsigned int kvt_rdma_poll(struct kvt_port *port);
-uint64_t kvt_rdma_idle(struct kvt_port *port, int *fd);
+void rd_submit(struct kvt_port *port, struct kvt_desc **d, unsigned int n);
+unsigned int rd_poll(struct kvt_port *port);
+uint64_t rd_idle(struct kvt_port *port, int *fd);
 /* Lcore: post receive buffers i of queue pair q. */
-int kvt_rdma_post_recv(struct rd_conn *c, unsigned int q, unsigned int i);
+int rd_post_recv(struct rd_conn *c, unsigned int q, unsigned int i);
 /* Lcore: a queue pair failed; fail what it holds, mark conn and NIC. */
-void kvt_rdma_qp_broken(struct rd_conn *c, unsigned int q, int err);
+void rd_qp_broken(struct rd_conn *c, unsigned int q, int err);
 /* Lcore: fail every descriptor of c (connection closing or lost). */
-void kvt_rdma_conn_drain(struct rd_conn *c, int err);
+void rd_conn_drain(struct rd_conn *c, int err);
 
 /* A registered region's local key on port (its key is the ibv_mr). */
 static inline uint32_t
-kvt_rdma_lkey(const struct kvt_lmem *m, const struct kvt_port *port)
+rd_lkey(const struct kvt_lmem *m, const struct kvt_port *port)
 {
 	return ((const struct ibv_mr *)m->key[port->id])->lkey;
 }
 
 /* An imported region's remote key on port (its key is the rkey). */
 static inline uint32_t
-kvt_rdma_rkey(const struct kvt_rmem *m, const struct kvt_port *port)
+rd_rkey(const struct kvt_rmem *m, const struct kvt_port *port)
 {
 	return (uint32_t)(uintptr_t)m->key[port->id];
 }
 
 /* rdma_health.c */
 /* Lcore: count a link error; enough of them pause the NIC. */
-void kvt_rdma_port_error(struct rd_port *rp);
+void rd_port_error(struct rd_port *rp);
 /* Control thread: act on the device's asynchronous events. */
-void kvt_rdma_async_events(struct rd_port *rp);
+void rd_async_events(struct rd_port *rp);
 
 #endif /* KVT_RDMA_H */

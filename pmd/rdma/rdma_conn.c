@@ -284,7 +284,7 @@ attach_conn(struct kvt_port *port, void *arg)
 	for (q = 0; q < c->nqps; q++) {
 		if (c->c.accepted) {
 			for (i = 0; i < RD_NOTES; i++) {
-				ret = kvt_rdma_post_recv(c, q, i);
+				ret = rd_post_recv(c, q, i);
 				if (ret < 0)
 					return ret;
 			}
@@ -305,7 +305,7 @@ detach_conn(struct kvt_port *port, void *arg)
 	struct rd_port *rp = port->priv;
 	struct rd_conn *c = arg;
 
-	kvt_rdma_conn_drain(c, -ECANCELED);
+	rd_conn_drain(c, -ECANCELED);
 	if (rp->slot[c->slot] == c) {
 		rp->slot[c->slot] = NULL;
 		if (c->c.accepted)
@@ -343,7 +343,7 @@ conn_list_del(struct rd_conn *c)
 /* ---- the PMD's connection callbacks ---- */
 
 int
-kvt_rdma_conn_open(struct kvt_port *port, const struct kvt_peer_info *pi,
+rd_conn_open(struct kvt_port *port, const struct kvt_peer_info *pi,
 		   const struct kvt_endpoint *eps, unsigned int neps,
 		   struct kvt_buf *req, struct kvt_conn **out)
 {
@@ -356,14 +356,14 @@ kvt_rdma_conn_open(struct kvt_port *port, const struct kvt_peer_info *pi,
 	int k;
 
 	for (i = 0; i < neps && n < RTE_DIM(e); i++) {
-		if (kvt_rdma_endpoint_decode(eps[i].blob, eps[i].len, &e[n]) < 0) {
+		if (rd_endpoint_decode(eps[i].blob, eps[i].len, &e[n]) < 0) {
 			RD_LOG(WARNING, "peer %s: malformed rdma endpoint %s",
 			       pi->name, eps[i].port_name);
 			continue;
 		}
 		ids[n++] = eps[i].port_id;
 	}
-	k = kvt_rdma_pick_endpoint(rp->nic.name, rp->nic.link, rp->ordinal, e, n);
+	k = rd_pick_endpoint(rp->nic.name, rp->nic.link, rp->ordinal, e, n);
 	if (k < 0)
 		return -ENOTSUP;
 	c = conn_new(rp, rp->nqps);
@@ -372,7 +372,7 @@ kvt_rdma_conn_open(struct kvt_port *port, const struct kvt_peer_info *pi,
 	c->peer = e[k];
 	c->c.remote_port = ids[k];
 	qpinfo_fill(c, &qi);
-	if (kvt_rdma_qpinfo_encode(&qi, req) < 0) {
+	if (rd_qpinfo_encode(&qi, req) < 0) {
 		conn_free(c);
 		return -ENOMEM;
 	}
@@ -381,13 +381,13 @@ kvt_rdma_conn_open(struct kvt_port *port, const struct kvt_peer_info *pi,
 }
 
 int
-kvt_rdma_conn_ready(struct kvt_conn *kc, const uint8_t *rep, size_t len)
+rd_conn_ready(struct kvt_conn *kc, const uint8_t *rep, size_t len)
 {
 	struct rd_conn *c = (struct rd_conn *)kc;
 	struct rd_qpinfo qi;
 	int ret;
 
-	ret = kvt_rdma_qpinfo_decode(rep, len, &qi);
+	ret = rd_qpinfo_decode(rep, len, &qi);
 	if (ret == 0 && qi.nqps != c->nqps)
 		ret = -EPROTO;
 	if (ret < 0) {
@@ -410,7 +410,7 @@ free_inbox(void *arg)
 }
 
 int
-kvt_rdma_conn_accept(struct kvt_port *port, const struct kvt_accept *a,
+rd_conn_accept(struct kvt_port *port, const struct kvt_accept *a,
 		     const uint8_t *req, size_t len, struct kvt_buf *rep,
 		     struct kvt_conn **out)
 {
@@ -419,7 +419,7 @@ kvt_rdma_conn_accept(struct kvt_port *port, const struct kvt_accept *a,
 	struct rd_conn *c;
 	int ret;
 
-	ret = kvt_rdma_qpinfo_decode(req, len, &qi);
+	ret = rd_qpinfo_decode(req, len, &qi);
 	if (ret < 0) {
 		RD_LOG(WARNING, "peer %s: malformed rdma connection request",
 		       a->info.name);
@@ -447,7 +447,7 @@ kvt_rdma_conn_accept(struct kvt_port *port, const struct kvt_accept *a,
 		goto detach_inbox;
 	qpinfo_fill(c, &mine);
 	mine.mtu = (uint8_t)RTE_MIN(rp->mtu, qi.mtu);
-	ret = kvt_rdma_qpinfo_encode(&mine, rep);
+	ret = rd_qpinfo_encode(&mine, rep);
 	if (ret < 0) {
 		kvt_port_call(port, detach_conn, c, 0);
 		goto detach_inbox;
@@ -466,7 +466,7 @@ free_conn:
 }
 
 void
-kvt_rdma_conn_close(struct kvt_conn *kc)
+rd_conn_close(struct kvt_conn *kc)
 {
 	struct rd_conn *c = (struct rd_conn *)kc;
 
@@ -508,7 +508,7 @@ rearm_step(struct kvt_port *port, void *arg)
 		 * initiator starts from a new PSN.  Messages already in the
 		 * completion queue are taken first: their buffers are
 		 * posted again below. */
-		kvt_rdma_poll(port);
+		rd_poll(port);
 		__atomic_store_n(&q->state, RD_QP_REARM, __ATOMIC_RELEASE);
 		if (q->held_n != 0)
 			RD_LOG(WARNING, "%s: %u notifications from %s dropped: the application did not take them before the link was re-armed",
@@ -517,7 +517,7 @@ rearm_step(struct kvt_port *port, void *arg)
 		q->held_head = 0;
 		ret = qp_reset(c->rp, q);
 		for (i = 0; i < RD_NOTES && ret == 0; i++)
-			ret = kvt_rdma_post_recv(c, r->q, i);
+			ret = rd_post_recv(c, r->q, i);
 		break;
 	default:
 		if (__atomic_load_n(&q->state, __ATOMIC_ACQUIRE) != RD_QP_REARM)
@@ -563,7 +563,7 @@ rearm_start(struct rd_conn *c, unsigned int qi, uint64_t now)
 	m.token = ++c->rearm_token;
 	m.qpn = c->qp[qi].qp->qp_num;
 	m.psn = c->qp[qi].psn;
-	kvt_rdma_msg_put(&b, &m);
+	rd_msg_put(&b, &m);
 	c->rearm_sent_us = now;
 	if (kvt_conn_msg(&c->c, b.data, b.len) < 0)
 		__atomic_store_n(&c->qp[qi].state, RD_QP_BROKEN, __ATOMIC_RELEASE);
@@ -572,7 +572,7 @@ rearm_start(struct rd_conn *c, unsigned int qi, uint64_t now)
 
 /* Control thread: re-probe paused NICs, re-arm failed queue pairs. */
 void
-kvt_rdma_ctl_tick(struct kvt_port *port, uint64_t now)
+rd_ctl_tick(struct kvt_port *port, uint64_t now)
 {
 	struct rd_port *rp = port->priv;
 	uint64_t limit = 1000ull * kvt_pmd_env()->timeout_ms;
@@ -581,7 +581,7 @@ kvt_rdma_ctl_tick(struct kvt_port *port, uint64_t now)
 	uint32_t st;
 	int paused;
 
-	kvt_rdma_async_events(rp);
+	rd_async_events(rp);
 	if (__atomic_load_n(&rp->paused, __ATOMIC_ACQUIRE) &&
 	    now >= __atomic_load_n(&rp->resume_us, __ATOMIC_ACQUIRE)) {
 		RD_LOG(NOTICE, "%s: probing again after a pause", rp->nic.name);
@@ -607,7 +607,7 @@ kvt_rdma_ctl_tick(struct kvt_port *port, uint64_t now)
 }
 
 int
-kvt_rdma_conn_msg(struct kvt_conn *kc, const uint8_t *p, size_t len,
+rd_conn_msg(struct kvt_conn *kc, const uint8_t *p, size_t len,
 		  struct kvt_buf *reply)
 {
 	struct rd_conn *c = (struct rd_conn *)kc;
@@ -615,7 +615,7 @@ kvt_rdma_conn_msg(struct kvt_conn *kc, const uint8_t *p, size_t len,
 	struct rd_msg m, out;
 	struct rd_qp *q;
 
-	if (kvt_rdma_msg_get(p, len, &m) < 0 || m.qp >= c->nqps)
+	if (rd_msg_get(p, len, &m) < 0 || m.qp >= c->nqps)
 		return -EPROTO;
 	q = &c->qp[m.qp];
 	r.q = m.qp;
@@ -628,7 +628,7 @@ kvt_rdma_conn_msg(struct kvt_conn *kc, const uint8_t *p, size_t len,
 			RD_MSG_REARMED : RD_MSG_REFUSED;
 		out.qpn = q->qp->qp_num;
 		out.psn = q->psn;
-		kvt_rdma_msg_put(reply, &out);
+		rd_msg_put(reply, &out);
 		RD_LOG(INFO, "%s: queue pair %u to %s re-armed: %s", c->rp->nic.name,
 		       m.qp, kc->info.name, out.type == RD_MSG_REARMED ? "ok" : "failed");
 		return 0;

@@ -11,7 +11,7 @@
 #include "rdma.h"
 
 void
-kvt_rdma_port_error(struct rd_port *rp)
+rd_port_error(struct rd_port *rp)
 {
 	uint64_t now = rte_get_tsc_cycles(), hz = rte_get_tsc_hz();
 	unsigned int i;
@@ -47,7 +47,7 @@ dev_port(struct rd_dev *dev, int num)
 
 /* Events are per device: the device's first port reads them for all. */
 void
-kvt_rdma_async_events(struct rd_port *self)
+rd_async_events(struct rd_port *self)
 {
 	struct ibv_async_event ev;
 	struct rd_port *rp;

@@ -140,7 +140,7 @@ pick_gid(const char *root, const char *dev, unsigned int port)
 }
 
 static void
-nic_port_read(const char *root, struct kvt_topo_nic *n)
+nic_port_read(const char *root, struct rd_topo_nic *n)
 {
 	char rel[PATH_MAX], buf[64];
 	int gbps;
@@ -167,16 +167,16 @@ nic_port_read(const char *root, struct kvt_topo_nic *n)
 static int
 name_cmp(const void *a, const void *b)
 {
-	return strcmp(((const struct kvt_topo_nic *)a)->name,
-		      ((const struct kvt_topo_nic *)b)->name);
+	return strcmp(((const struct rd_topo_nic *)a)->name,
+		      ((const struct rd_topo_nic *)b)->name);
 }
 
 /* One entry per port of each allowed device. */
 static void
-nics_read(struct kvt_topo *t, const char *root, const char *allow)
+nics_read(struct rd_topo *t, const char *root, const char *allow)
 {
 	char path[PATH_MAX], rel[PATH_MAX];
-	struct kvt_topo_nic *n;
+	struct rd_topo_nic *n;
 	struct dirent *de, *pe;
 	DIR *d, *pd;
 	long port;
@@ -185,7 +185,7 @@ nics_read(struct kvt_topo *t, const char *root, const char *allow)
 	d = opendir(path);
 	if (d == NULL)
 		return;
-	while ((de = readdir(d)) != NULL && t->nnics < KVT_TOPO_MAX_NICS) {
+	while ((de = readdir(d)) != NULL && t->nnics < RD_TOPO_MAX_NICS) {
 		if (de->d_name[0] == '.' || strlen(de->d_name) >= sizeof(n->name))
 			continue;
 		if (allow != NULL && !listed(allow, de->d_name))
@@ -195,7 +195,7 @@ nics_read(struct kvt_topo *t, const char *root, const char *allow)
 		pd = opendir(path);
 		if (pd == NULL)
 			continue;
-		while ((pe = readdir(pd)) != NULL && t->nnics < KVT_TOPO_MAX_NICS) {
+		while ((pe = readdir(pd)) != NULL && t->nnics < RD_TOPO_MAX_NICS) {
 			port = strtol(pe->d_name, NULL, 10);
 			if (port < 1 || port > 255)
 				continue;
@@ -221,15 +221,15 @@ nics_read(struct kvt_topo *t, const char *root, const char *allow)
 static int
 gpu_cmp(const void *a, const void *b)
 {
-	return strcmp(((const struct kvt_topo_gpu *)a)->pci,
-		      ((const struct kvt_topo_gpu *)b)->pci);
+	return strcmp(((const struct rd_topo_gpu *)a)->pci,
+		      ((const struct rd_topo_gpu *)b)->pci);
 }
 
 static void
-gpus_read(struct kvt_topo *t, const char *root)
+gpus_read(struct rd_topo *t, const char *root)
 {
 	char path[PATH_MAX], rel[PATH_MAX], buf[32];
-	struct kvt_topo_gpu *g;
+	struct rd_topo_gpu *g;
 	struct dirent *de;
 	DIR *d;
 
@@ -237,7 +237,7 @@ gpus_read(struct kvt_topo *t, const char *root)
 	d = opendir(path);
 	if (d == NULL)
 		return;
-	while ((de = readdir(d)) != NULL && t->ngpus < KVT_TOPO_MAX_GPUS) {
+	while ((de = readdir(d)) != NULL && t->ngpus < RD_TOPO_MAX_GPUS) {
 		if (de->d_name[0] == '.')
 			continue;
 		snprintf(rel, sizeof(rel), "sys/bus/pci/devices/%s/vendor", de->d_name);
@@ -274,7 +274,7 @@ nodes_count(const char *root)
 		return 1;
 	while ((de = readdir(d)) != NULL)
 		if (sscanf(de->d_name, "node%u", &id) == 1 &&
-		    id < KVT_TOPO_MAX_NODES && id + 1 > n)
+		    id < RD_TOPO_MAX_NODES && id + 1 > n)
 			n = id + 1;
 	closedir(d);
 	return RTE_MAX(n, 1u);
@@ -313,7 +313,7 @@ pci_distance(const char *a, int numa_a, const char *b, int numa_b)
 }
 
 static uint32_t
-active_nics(const struct kvt_topo *t)
+active_nics(const struct rd_topo *t)
 {
 	uint32_t m = 0;
 	unsigned int i;
@@ -325,7 +325,7 @@ active_nics(const struct kvt_topo *t)
 }
 
 static void
-pref_cpu(struct kvt_topo *t, unsigned int node, struct kvt_topo_pref *p)
+pref_cpu(struct rd_topo *t, unsigned int node, struct rd_topo_pref *p)
 {
 	uint32_t all = active_nics(t), here = 0, unknown = 0;
 	unsigned int i;
@@ -343,10 +343,10 @@ pref_cpu(struct kvt_topo *t, unsigned int node, struct kvt_topo_pref *p)
 }
 
 static void
-pref_gpu(struct kvt_topo *t, const struct kvt_topo_gpu *g,
-	 struct kvt_topo_pref *p)
+pref_gpu(struct rd_topo *t, const struct rd_topo_gpu *g,
+	 struct rd_topo_pref *p)
 {
-	int best = INT_MAX, dist[KVT_TOPO_MAX_NICS];
+	int best = INT_MAX, dist[RD_TOPO_MAX_NICS];
 	uint32_t all = active_nics(t), pref = 0;
 	unsigned int i;
 
@@ -371,7 +371,7 @@ pref_gpu(struct kvt_topo *t, const struct kvt_topo_gpu *g,
 }
 
 int
-kvt_topo_nic_index(const struct kvt_topo *t, const char *name)
+rd_topo_nic_index(const struct rd_topo *t, const char *name)
 {
 	unsigned int i;
 
@@ -382,18 +382,18 @@ kvt_topo_nic_index(const struct kvt_topo *t, const char *name)
 }
 
 static void
-extra_add(struct kvt_topo *t, const char *extra, const char *allow)
+extra_add(struct rd_topo *t, const char *extra, const char *allow)
 {
 	char name[32];
 	const char *p = extra;
-	struct kvt_topo_nic *n;
+	struct rd_topo_nic *n;
 	size_t l;
 
-	while (*p != '\0' && t->nnics < KVT_TOPO_MAX_NICS) {
+	while (*p != '\0' && t->nnics < RD_TOPO_MAX_NICS) {
 		l = strcspn(p, ",");
 		snprintf(name, sizeof(name), "%.*s", (int)RTE_MIN(l, sizeof(name) - 1), p);
 		p += l + (p[l] == ',');
-		if (name[0] == '\0' || kvt_topo_nic_index(t, name) >= 0 ||
+		if (name[0] == '\0' || rd_topo_nic_index(t, name) >= 0 ||
 		    (allow != NULL && !listed(allow, name)))
 			continue;
 		n = &t->nic[t->nnics++];
@@ -407,7 +407,7 @@ extra_add(struct kvt_topo *t, const char *extra, const char *allow)
 }
 
 static int
-gpu_by_pci(const struct kvt_topo *t, const char *pci)
+gpu_by_pci(const struct rd_topo *t, const char *pci)
 {
 	unsigned int i;
 
@@ -419,7 +419,7 @@ gpu_by_pci(const struct kvt_topo *t, const char *pci)
 
 /* NIC names of a JSON array as a mask; @return 0 or -EINVAL. */
 static int
-json_nics(const struct kvt_topo *t, json_t *a, const char *key,
+json_nics(const struct rd_topo *t, json_t *a, const char *key,
 	  const char *field, uint32_t *mask, char *err, size_t errlen)
 {
 	json_t *v;
@@ -434,7 +434,7 @@ json_nics(const struct kvt_topo *t, json_t *a, const char *key,
 	json_array_foreach(a, i, v) {
 		/* Without a topology (a syntax check) any name will do. */
 		idx = !json_is_string(v) ? -1 : t == NULL ? 0 :
-			kvt_topo_nic_index(t, json_string_value(v));
+			rd_topo_nic_index(t, json_string_value(v));
 		if (idx < 0) {
 			snprintf(err, errlen, "%s.%s names %s, which is not an allowed RDMA NIC here",
 				 key, field, json_is_string(v) ? json_string_value(v) : "a non-string");
@@ -446,9 +446,9 @@ json_nics(const struct kvt_topo *t, json_t *a, const char *key,
 }
 
 static int
-json_override(struct kvt_topo *t, const char *file, char *err, size_t errlen)
+json_override(struct rd_topo *t, const char *file, char *err, size_t errlen)
 {
-	struct kvt_topo_pref *p, np;
+	struct rd_topo_pref *p, np;
 	json_error_t je;
 	json_t *root, *v, *a;
 	const char *key;
@@ -468,8 +468,8 @@ json_override(struct kvt_topo *t, const char *file, char *err, size_t errlen)
 	}
 	json_object_foreach(root, key, v) {
 		if (kvt_parse_loc(key, &loc) < 0 || loc.id < 0 ||
-		    (loc.type == KVT_LOC_CPU && loc.id >= KVT_TOPO_MAX_NODES) ||
-		    (loc.type == KVT_LOC_CUDA && loc.id >= KVT_TOPO_MAX_GPUS)) {
+		    (loc.type == KVT_LOC_CPU && loc.id >= RD_TOPO_MAX_NODES) ||
+		    (loc.type == KVT_LOC_CUDA && loc.id >= RD_TOPO_MAX_GPUS)) {
 			snprintf(err, errlen, "topology file %s: key %s is not cpu:N or cuda:N",
 				 file, key);
 			ret = -EINVAL;
@@ -509,14 +509,14 @@ out:
 }
 
 int
-kvt_topo_check_file(const char *file, char *err, size_t errlen)
+rd_topo_check_file(const char *file, char *err, size_t errlen)
 {
 	err[0] = '\0';
 	return json_override(NULL, file, err, errlen);
 }
 
 int
-kvt_topo_discover(struct kvt_topo *t, const char *root, const char *allow,
+rd_topo_discover(struct rd_topo *t, const char *root, const char *allow,
 		  const char *extra, const char *const *cuda_pci,
 		  unsigned int ncuda, const char *json, char *err, size_t errlen)
 {
@@ -532,7 +532,7 @@ kvt_topo_discover(struct kvt_topo *t, const char *root, const char *allow,
 	t->nnodes = nodes_count(root);
 	for (i = 0; i < t->nnodes; i++)
 		pref_cpu(t, i, &t->cpu[i]);
-	t->ncuda = cuda_pci != NULL ? RTE_MIN(ncuda, (unsigned int)KVT_TOPO_MAX_GPUS) :
+	t->ncuda = cuda_pci != NULL ? RTE_MIN(ncuda, (unsigned int)RD_TOPO_MAX_GPUS) :
 		t->ngpus;
 	for (i = 0; i < t->ncuda; i++) {
 		g = cuda_pci != NULL ? gpu_by_pci(t, cuda_pci[i]) : (int)i;
@@ -541,7 +541,7 @@ kvt_topo_discover(struct kvt_topo *t, const char *root, const char *allow,
 			pref_gpu(t, &t->gpu[g], &t->cuda[i]);
 		} else {
 			/* A GPU sysfs does not show: any NIC will do. */
-			struct kvt_topo_gpu none = { .numa = -1 };
+			struct rd_topo_gpu none = { .numa = -1 };
 
 			pref_gpu(t, &none, &t->cuda[i]);
 		}
@@ -550,8 +550,8 @@ kvt_topo_discover(struct kvt_topo *t, const char *root, const char *allow,
 }
 
 int
-kvt_topo_lookup(const struct kvt_topo *t, const struct kvt_loc *loc,
-		struct kvt_topo_pref *out)
+rd_topo_lookup(const struct rd_topo *t, const struct kvt_loc *loc,
+		struct rd_topo_pref *out)
 {
 	if (loc->type == KVT_LOC_CPU) {
 		/* Memory of an unknown node: any NIC is as near as another. */

@@ -18,9 +18,9 @@
  * (cuda:N); the others are its fallback.  --kvt-nic filters the NICs and
  * --kvt-topo overrides the matrix.
  */
-#define KVT_TOPO_MAX_NICS KVT_MAX_PORTS
-#define KVT_TOPO_MAX_GPUS 32
-#define KVT_TOPO_MAX_NODES 16
+#define RD_TOPO_MAX_NICS KVT_MAX_PORTS
+#define RD_TOPO_MAX_GPUS 32
+#define RD_TOPO_MAX_NODES 16
 
 enum kvt_link {
 	KVT_LINK_UNKNOWN = 0,
@@ -28,7 +28,7 @@ enum kvt_link {
 	KVT_LINK_ETH = 2,	/**< RoCE */
 };
 
-struct kvt_topo_nic {
+struct rd_topo_nic {
 	char name[32];		/**< verbs device name (mlx5_0) */
 	char pci[16];		/**< PCI address, "" when unknown */
 	char path[256];		/**< sysfs device path below the root */
@@ -40,30 +40,30 @@ struct kvt_topo_nic {
 	uint32_t rate_mbps;	/**< link rate; 0 unknown */
 };
 
-struct kvt_topo_gpu {
+struct rd_topo_gpu {
 	char pci[16];
 	char path[256];
 	int numa;
 };
 
-/** NICs for one memory location, as bit masks over kvt_topo.nic[]. */
-struct kvt_topo_pref {
+/** NICs for one memory location, as bit masks over rd_topo.nic[]. */
+struct rd_topo_pref {
 	uint32_t preferred;
 	uint32_t fallback;
 };
 
-struct kvt_topo {
+struct rd_topo {
 	unsigned int nnics;
 	unsigned int ngpus;
 	unsigned int nnodes;
-	struct kvt_topo_nic nic[KVT_TOPO_MAX_NICS];
-	struct kvt_topo_gpu gpu[KVT_TOPO_MAX_GPUS];	/**< PCI order */
-	struct kvt_topo_pref cpu[KVT_TOPO_MAX_NODES];
+	struct rd_topo_nic nic[RD_TOPO_MAX_NICS];
+	struct rd_topo_gpu gpu[RD_TOPO_MAX_GPUS];	/**< PCI order */
+	struct rd_topo_pref cpu[RD_TOPO_MAX_NODES];
 	/** Indexed by this process's CUDA device number. */
-	struct kvt_topo_pref cuda[KVT_TOPO_MAX_GPUS];
+	struct rd_topo_pref cuda[RD_TOPO_MAX_GPUS];
 	unsigned int ncuda;
 	/** cuda:N is gpu[cuda_gpu[N]]. */
-	int cuda_gpu[KVT_TOPO_MAX_GPUS];
+	int cuda_gpu[RD_TOPO_MAX_GPUS];
 };
 
 /**
@@ -83,17 +83,17 @@ struct kvt_topo {
  * @return 0; -EINVAL (malformed override, a NIC it names is unknown or not
  *   allowed); -ENOENT (the override file cannot be read).
  */
-int kvt_topo_discover(struct kvt_topo *t, const char *root, const char *allow,
+int rd_topo_discover(struct rd_topo *t, const char *root, const char *allow,
 		      const char *extra, const char *const *cuda_pci,
 		      unsigned int ncuda, const char *json, char *err,
 		      size_t errlen);
 
 /** The NICs for loc; @return 0, or -ENOENT for a location it does not know. */
-int kvt_topo_lookup(const struct kvt_topo *t, const struct kvt_loc *loc,
-		    struct kvt_topo_pref *out);
+int rd_topo_lookup(const struct rd_topo *t, const struct kvt_loc *loc,
+		    struct rd_topo_pref *out);
 
 /** Index of the NIC named name, or -1. */
-int kvt_topo_nic_index(const struct kvt_topo *t, const char *name);
+int rd_topo_nic_index(const struct rd_topo *t, const char *name);
 
 /*
  * --kvt-topo: is the file there, JSON, and shaped as documented?  NIC
@@ -102,6 +102,6 @@ int kvt_topo_nic_index(const struct kvt_topo *t, const char *name);
  * @return 0; -ENOENT (cannot be read), -EINVAL (malformed), with a
  *   one-line reason in err.
  */
-int kvt_topo_check_file(const char *file, char *err, size_t errlen);
+int rd_topo_check_file(const char *file, char *err, size_t errlen);
 
 #endif /* KVT_RDMA_TOPO_H */

@@ -35,7 +35,7 @@ get_le(const uint8_t *p, unsigned int n)
 #define EP_LEN (1 + 32 + 1 + 1 + 1 + 2 + 16)
 
 int
-kvt_rdma_endpoint_encode(const struct rd_endpoint *e, struct kvt_buf *b)
+rd_endpoint_encode(const struct rd_endpoint *e, struct kvt_buf *b)
 {
 	uint8_t w[EP_LEN], *p = w;
 
@@ -58,7 +58,7 @@ mtu_ok(uint8_t mtu)
 }
 
 int
-kvt_rdma_endpoint_decode(const uint8_t *p, size_t len, struct rd_endpoint *e)
+rd_endpoint_decode(const uint8_t *p, size_t len, struct rd_endpoint *e)
 {
 	if (len != EP_LEN || p[0] != RD_WIRE_VERSION)
 		return -EPROTO;
@@ -81,7 +81,7 @@ kvt_rdma_endpoint_decode(const uint8_t *p, size_t len, struct rd_endpoint *e)
 #define QI_FIXED (1 + 1 + 1 + 2 + 16 + 8 + 4)
 
 int
-kvt_rdma_qpinfo_encode(const struct rd_qpinfo *qi, struct kvt_buf *b)
+rd_qpinfo_encode(const struct rd_qpinfo *qi, struct kvt_buf *b)
 {
 	uint8_t w[QI_FIXED + RD_MAX_QPS * 8], *p = w;
 	unsigned int i;
@@ -108,7 +108,7 @@ kvt_rdma_qpinfo_encode(const struct rd_qpinfo *qi, struct kvt_buf *b)
 }
 
 int
-kvt_rdma_qpinfo_decode(const uint8_t *p, size_t len, struct rd_qpinfo *qi)
+rd_qpinfo_decode(const uint8_t *p, size_t len, struct rd_qpinfo *qi)
 {
 	unsigned int i;
 
@@ -141,7 +141,7 @@ kvt_rdma_qpinfo_decode(const uint8_t *p, size_t len, struct rd_qpinfo *qi)
  * same position, else to any of the same link layer.
  */
 int
-kvt_rdma_pick_endpoint(const char *self, uint8_t link, unsigned int ordinal,
+rd_pick_endpoint(const char *self, uint8_t link, unsigned int ordinal,
 		       const struct rd_endpoint *eps, unsigned int n)
 {
 	unsigned int i;
@@ -161,7 +161,7 @@ kvt_rdma_pick_endpoint(const char *self, uint8_t link, unsigned int ordinal,
 
 /* Re-arm messages (rdma_conn.c). */
 void
-kvt_rdma_msg_put(struct kvt_buf *b, const struct rd_msg *m)
+rd_msg_put(struct kvt_buf *b, const struct rd_msg *m)
 {
 	uint8_t w[14];
 
@@ -174,7 +174,7 @@ kvt_rdma_msg_put(struct kvt_buf *b, const struct rd_msg *m)
 }
 
 int
-kvt_rdma_msg_get(const uint8_t *p, size_t len, struct rd_msg *m)
+rd_msg_get(const uint8_t *p, size_t len, struct rd_msg *m)
 {
 	if (len != 14)
 		return -EPROTO;

@@ -160,7 +160,7 @@ conn_live_qps(const struct rd_conn *c)
 }
 
 void
-kvt_rdma_qp_broken(struct rd_conn *c, unsigned int qi, int err)
+rd_qp_broken(struct rd_conn *c, unsigned int qi, int err)
 {
 	struct rd_qp *q = &c->qp[qi];
 
@@ -172,13 +172,13 @@ kvt_rdma_qp_broken(struct rd_conn *c, unsigned int qi, int err)
 	__atomic_store_n(&q->state, RD_QP_BROKEN, __ATOMIC_RELEASE);
 	qp_drain(c, q, -EIO);
 	if (err == -ETIMEDOUT)
-		kvt_rdma_port_error(c->rp);
+		rd_port_error(c->rp);
 	if (conn_live_qps(c) == 0)
 		kvt_conn_set_down(&c->c, 1);
 }
 
 void
-kvt_rdma_conn_drain(struct rd_conn *c, int err)
+rd_conn_drain(struct rd_conn *c, int err)
 {
 	unsigned int i;
 
@@ -191,7 +191,7 @@ kvt_rdma_conn_drain(struct rd_conn *c, int err)
 }
 
 int
-kvt_rdma_post_recv(struct rd_conn *c, unsigned int q, unsigned int i)
+rd_post_recv(struct rd_conn *c, unsigned int q, unsigned int i)
 {
 	struct ibv_sge sge = {
 		.addr = (uint64_t)(uintptr_t)rd_note_buf(c, q, i, 1),
@@ -210,7 +210,7 @@ kvt_rdma_post_recv(struct rd_conn *c, unsigned int q, unsigned int i)
 /* ---- posting ---- */
 
 static int
-qp_room(const struct rd_conn *c, const struct rd_qp *q)
+qp_space(const struct rd_conn *c, const struct rd_qp *q)
 {
 	return __atomic_load_n(&q->state, __ATOMIC_ACQUIRE) == RD_QP_LIVE &&
 		c->rp->sq - (q->tail - q->head) > RD_CHAIN;
@@ -239,7 +239,7 @@ least_loaded_qp(struct rd_conn *c)
 
 	for (i = 0; i < c->nqps; i++) {
 		q = &c->qp[i];
-		if (qp_room(c, q) &&
+		if (qp_space(c, q) &&
 		    (best == NULL || q->tail - q->head < best->tail - best->head))
 			best = q;
 	}
@@ -257,14 +257,14 @@ pick_qp(struct rd_conn *c)
 
 	if (c->backlog->op == KVT_DESC_NOTIFY) {
 		q = note_qp(c);
-		return q != NULL && qp_room(c, q) ? q : NULL;
+		return q != NULL && qp_space(c, q) ? q : NULL;
 	}
 	if (c->backlog->prio == KVT_PRIO_URGENT)
 		return least_loaded_qp(c);
 	for (i = 0; i < c->nqps; i++) {
 		k = (c->rr + i) % c->nqps;
 		q = &c->qp[k];
-		if (qp_room(c, q)) {
+		if (qp_space(c, q)) {
 			c->rr = k + 1;
 			return q;
 		}
@@ -313,9 +313,9 @@ wr_fill(struct rd_conn *c, struct rd_qp *q, struct kvt_desc *d,
 			IBV_WR_RDMA_READ;
 		sge->addr = (uint64_t)(uintptr_t)d->local;
 		sge->length = d->len;
-		sge->lkey = kvt_rdma_lkey(d->lm, port);
+		sge->lkey = rd_lkey(d->lm, port);
 		wr->wr.rdma.remote_addr = d->remote;
-		wr->wr.rdma.rkey = kvt_rdma_rkey(d->rm, port);
+		wr->wr.rdma.rkey = rd_rkey(d->rm, port);
 		if (d->op == KVT_DESC_WRITE) {
 			q->dirty = 1;
 			if (d->len <= c->rp->max_inline)
@@ -328,7 +328,7 @@ wr_fill(struct rd_conn *c, struct rd_qp *q, struct kvt_desc *d,
 		sge->addr = (uint64_t)(uintptr_t)&d->value;
 		sge->length = sizeof(d->value);
 		wr->wr.rdma.remote_addr = d->remote;
-		wr->wr.rdma.rkey = kvt_rdma_rkey(d->rm, port);
+		wr->wr.rdma.rkey = rd_rkey(d->rm, port);
 		break;
 	default:	/* KVT_DESC_NOTIFY */
 		note = rd_note_buf(c, (unsigned int)(q - c->qp), q->note_next, 0);
@@ -420,7 +420,7 @@ post_chain(struct rd_conn *c, struct rd_qp *q, uint64_t now)
 	if (unlikely(ibv_post_send(q->qp, wr, &bad) != 0)) {
 		/* A prefix may be posted without its signalled end: the
 		 * queue pair cannot be trusted any more. */
-		kvt_rdma_qp_broken(c, (unsigned int)(q - c->qp), -EIO);
+		rd_qp_broken(c, (unsigned int)(q - c->qp), -EIO);
 		return 0;
 	}
 	return n;
@@ -455,7 +455,7 @@ pump(struct rd_conn *c, uint64_t now)
 }
 
 void
-kvt_rdma_submit(struct kvt_port *port, struct kvt_desc **d, unsigned int n)
+rd_submit(struct kvt_port *port, struct kvt_desc **d, unsigned int n)
 {
 	struct rd_conn *c, *last = NULL;
 	uint64_t now = rte_get_tsc_cycles();
@@ -500,7 +500,7 @@ recv_done(struct rd_conn *c, unsigned int qi, const struct ibv_wc *wc)
 		return;
 	if ((wc->wc_flags & IBV_WC_WITH_IMM) &&
 	    !kvt_conn_tail_take(&c->c, be32toh(wc->imm_data))) {
-		kvt_rdma_post_recv(c, qi, i);	/* a copy: acted on already */
+		rd_post_recv(c, qi, i);	/* a copy: acted on already */
 		return;
 	}
 	len = RTE_MIN(wc->byte_len, (uint32_t)KVT_NOTIFY_MAX);
@@ -514,7 +514,7 @@ recv_done(struct rd_conn *c, unsigned int qi, const struct ibv_wc *wc)
 		q->held_n++;
 		return;
 	}
-	kvt_rdma_post_recv(c, qi, i);
+	rd_post_recv(c, qi, i);
 }
 
 static void
@@ -532,7 +532,7 @@ held_retry(struct rd_conn *c)
 				return;
 			q->held_head = (q->held_head + 1) % RD_NOTES;
 			q->held_n--;
-			kvt_rdma_post_recv(c, qi, i);
+			rd_post_recv(c, qi, i);
 		}
 	}
 }
@@ -564,7 +564,7 @@ send_done(struct rd_conn *c, unsigned int qi, const struct ibv_wc *wc)
 	if (wc->status == IBV_WC_REM_ACCESS_ERR)
 		RD_LOG(ERR, "%s: %s refused an access (remote key or range)",
 		       c->rp->nic.name, c->c.info.name);
-	kvt_rdma_qp_broken(c, qi, err);
+	rd_qp_broken(c, qi, err);
 }
 
 static void
@@ -601,7 +601,7 @@ upkeep(struct rd_port *rp, uint64_t now)
 			continue;
 		if (__atomic_load_n(&c->c.dead, __ATOMIC_ACQUIRE)) {
 			if (!c->failed)
-				kvt_rdma_conn_drain(c, -ECONNRESET);
+				rd_conn_drain(c, -ECONNRESET);
 			c->failed = 1;
 			continue;
 		}
@@ -609,7 +609,7 @@ upkeep(struct rd_port *rp, uint64_t now)
 			q = &c->qp[qi];
 			if (q->head != q->tail &&
 			    now - ring_at(c, q, q->head)->posted > rp->watchdog_tsc)
-				kvt_rdma_qp_broken(c, qi, -ETIMEDOUT);
+				rd_qp_broken(c, qi, -ETIMEDOUT);
 		}
 		if (c->c.accepted)
 			held_retry(c);
@@ -617,7 +617,7 @@ upkeep(struct rd_port *rp, uint64_t now)
 }
 
 unsigned int
-kvt_rdma_poll(struct kvt_port *port)
+rd_poll(struct kvt_port *port)
 {
 	struct rd_port *rp = port->priv;
 	struct ibv_wc wc[RD_WC_BURST];
@@ -670,7 +670,7 @@ rd_busy(const struct rd_port *rp)
  * path, never in poll: a busy port makes no system call.
  */
 uint64_t
-kvt_rdma_idle(struct kvt_port *port, int *fd)
+rd_idle(struct kvt_port *port, int *fd)
 {
 	struct rd_port *rp = port->priv;
 	struct ibv_cq *cq;

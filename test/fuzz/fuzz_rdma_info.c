@@ -21,22 +21,22 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
 	memset(&qi, 0, sizeof(qi));
 	memset(&e, 0, sizeof(e));
-	if (kvt_rdma_qpinfo_decode(data, size, &qi) == 0) {
+	if (rd_qpinfo_decode(data, size, &qi) == 0) {
 		if (qi.nqps == 0 || qi.nqps > RD_MAX_QPS)
 			abort();
 		memset(&qi2, 0, sizeof(qi2));
-		if (kvt_rdma_qpinfo_encode(&qi, &b) != 0 ||
-		    kvt_rdma_qpinfo_decode(b.data, b.len, &qi2) != 0 ||
+		if (rd_qpinfo_encode(&qi, &b) != 0 ||
+		    rd_qpinfo_decode(b.data, b.len, &qi2) != 0 ||
 		    memcmp(&qi, &qi2, sizeof(qi)) != 0)
 			abort();
 	}
 	b.len = 0;
-	if (kvt_rdma_endpoint_decode(data, size, &e) == 0) {
+	if (rd_endpoint_decode(data, size, &e) == 0) {
 		if (strnlen(e.name, sizeof(e.name)) == sizeof(e.name))
 			abort();
 		memset(&e2, 0, sizeof(e2));
-		if (kvt_rdma_endpoint_encode(&e, &b) != 0 ||
-		    kvt_rdma_endpoint_decode(b.data, b.len, &e2) != 0 ||
+		if (rd_endpoint_encode(&e, &b) != 0 ||
+		    rd_endpoint_decode(b.data, b.len, &e2) != 0 ||
 		    memcmp(&e, &e2, sizeof(e)) != 0)
 			abort();
 	}

@@ -29,7 +29,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	}
 	if (ftruncate(fd, 0) != 0 || pwrite(fd, data, size, 0) != (ssize_t)size)
 		abort();
-	ret = kvt_topo_check_file(path, err, sizeof(err));
+	ret = rd_topo_check_file(path, err, sizeof(err));
 	if (ret != 0 && (ret != -EINVAL || err[0] == '\0' ||
 			 strnlen(err, sizeof(err)) == sizeof(err)))
 		abort();
