@@ -634,7 +634,7 @@ struct kvt_port {
 	void *priv;		/**< the PMD's */
 	/** Counters, written by the owning lcore only. */
 	struct kvt_port_stats st;
-	/* Striping state (lib/stripe.c). */
+	/* Striping state (lib/batch/stripe.c). */
 	uint64_t inflight_bytes;	/**< @internal striped bytes held */
 	uint64_t done_bytes;	/**< @internal settled, not yet taken off */
 	uint64_t rate_bpus;	/**< @internal recent rate, bytes/us */

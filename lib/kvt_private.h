@@ -152,19 +152,19 @@ struct kvt_lcore {
 /*
  * Engine-private descriptor op, never handed to a PMD: an ORDERED
  * submission whose slices its lcore cuts from the request array itself
- * (kvt_sub_cut()), so slice descriptors never leave the lcore's cache.
+ * (kvt_cut()), so slice descriptors never leave the lcore's cache.
  */
 #define KVT_DESC_CUT 0x40
 
-/* Lcore: where the submission behind cut starts (its cursor is then the
- * lcore's own, so its cutting writes no line the submitter or a poll
- * reads). */
-void kvt_sub_cut_begin(const struct kvt_desc *cut, struct kvt_cursor *cur);
-/* Lcore: cut up to max slices of the submission behind cut, from cur,
- * into d (descriptors from the engine's pool); @return how many, 0 when
- * none are left or the pool is empty; *fin: none left. */
-unsigned int kvt_sub_cut(struct kvt_desc *cut, struct kvt_cursor *cur,
-			 struct kvt_desc **d, unsigned int max, int *fin);
+/* cut.c, lcore: where the submission behind cut starts (its cursor is
+ * then the lcore's own, so its cutting writes no line the submitter or a
+ * poll reads). */
+void kvt_cut_begin(const struct kvt_desc *cut, struct kvt_cursor *cur);
+/* cut.c, lcore: cut up to max slices of the submission behind cut, from
+ * cur, into d (descriptors from the engine's pool); @return how many, 0
+ * when none are left or the pool is empty; *fin: none left. */
+unsigned int kvt_cut(struct kvt_desc *cut, struct kvt_cursor *cur,
+		     struct kvt_desc **d, unsigned int max, int *fin);
 
 /*
  * ThreadSanitizer cannot see that an rte_ring hands what a thread wrote
@@ -188,7 +188,7 @@ int kvt_pmds_env_check(const struct kvt_pmd_env *env);
 int kvt_ports_probe(void);
 int kvt_ports_assign(void);
 int kvt_ports_start(void);
-/* Memory devices (lib/dev.c): probe them all once per kvt_init. */
+/* Memory devices (lib/mem/dev.c): probe them all once per kvt_init. */
 void kvt_devs_probe(void);
 /* The device addr lives on (*loc set), or NULL: host memory. */
 const struct kvt_dev *kvt_dev_locate(const void *addr, struct kvt_loc *loc);
@@ -208,7 +208,6 @@ int kvt_dev_stream_wait(const struct kvt_dev *d, const uint64_t *word,
 /* Batch memory: reachable by every device that may complete into it. */
 void kvt_host_register(void *addr, size_t len);
 void kvt_host_unregister(void *addr);
-void kvt_ports_stop(void);
 void kvt_ports_remove(void);
 struct kvt_port *kvt_port_get(unsigned int id);
 uint32_t kvt_best_ports(uint32_t mask);

@@ -4,7 +4,7 @@
 file B of the same folder defines and B, directly or through other files
 of that folder, calls back into A.  And none between folders: lib/ never
 calls into pmd/, apps/ or test/, and so on, the way the folders are
-layered.
+layered; lib/'s own folders call only down the order LIB_LAYERS gives.
 
 Read from the built objects with nm (data such as the engine global does
 not count: only functions).  Every target of the build is a link unit
@@ -17,6 +17,10 @@ import json
 import os
 import subprocess
 import sys
+
+#: lib/'s folders, top to bottom: each calls only into those after it.
+LIB_LAYERS = ["lib/runtime", "lib/batch", "lib/peer", "lib/meta", "lib/mem",
+              "lib/wire", "lib/core"]
 
 
 def symbols(obj):
@@ -143,6 +147,20 @@ def main():
     report("the folders", sccs, calls, folder)
     bad += len(sccs)
     print(f"{len(by_folder)} folders, {len(sccs)} cycle(s) between them")
+    # lib/'s folders call down LIB_LAYERS only.
+    up = 0
+    for (a, b), syms in sorted(calls.items()):
+        fa, fb = folder(a), folder(b)
+        if fa.startswith("lib/") and fb.startswith("lib/") and fa != fb:
+            if fa not in LIB_LAYERS or fb not in LIB_LAYERS:
+                print(f"{fa} or {fb}: not in LIB_LAYERS")
+                up += 1
+            elif LIB_LAYERS.index(fa) > LIB_LAYERS.index(fb):
+                print(f"call up the layers: {a} -> {b}: "
+                      + ", ".join(sorted(syms)[:6]))
+                up += 1
+    print(f"lib/: {len(LIB_LAYERS)} layers, {up} call(s) against them")
+    bad += up
     return 1 if bad or not files else 0
 
 

@@ -35,8 +35,8 @@
  * and the receiving lcore acts on each number once (kvt_conn_tail_take),
  * so a copy whose first send did arrive is dropped.  A fence is a WRITE
  * of the room id: a second copy stores the same word and cannot make
- * any other room look arrived; see tail_move() in lib/batch.c for the
- * one case it can disturb.
+ * any other room look arrived; see tail_move() in lib/batch/complete.c
+ * for the one case it can disturb.
  * READ slices need no flush: the local NIC writes the data before it
  * writes the completion.
  *

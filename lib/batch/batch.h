@@ -1,21 +1,27 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /*
- * Batches and submissions, shared by the four files that handle them:
+ * Batches and submissions.  Each file owns a part and calls only down
+ * (the route of one submission, top to bottom):
  *   submit.c    validation, overlap claims, the opening and committing
  *               of a submission (the application thread, kvt_submit());
- *   submit_list.c  page and block lists, and the arena their copies
- *               live in (kvt_submit_pages(), kvt_submit_blocks());
- *   queue.c     slicing, striping and queueing to the lcores (any
- *               thread that drives the batch: submit, poll, wait; an
- *               ORDERED submission's slices on its lcore);
- *   complete.c  completion, retries and tails (the lcores);
- *   batch.c     poll, wait, status and the batch's life cycle.
+ *   submit_list.c  page and block lists (kvt_submit_pages(),
+ *               kvt_submit_blocks()), over submit.c's steps;
+ *   batch.c     the batch: poll, wait, status, its life cycle, and the
+ *               regions' in-flight counts its submissions hold;
+ *   arena.c     the batch's arena, where list copies live until reset;
+ *   queue.c     the pump: tails and slices handed to the lcores, the
+ *               stash (whoever drives the batch: submit, poll, wait,
+ *               reset, free);
+ *   cut.c       the slicer both sides call down into: the pump for
+ *               striped submissions, the lcore for ORDERED ones;
+ *   complete.c  settling what the ports handed back, retries and tails
+ *               (the lcores).
  *
  * A submission is either
  *  - ORDERED: every slice goes to one port whose PMD executes a
  *    connection's descriptors in order.  The submitter queues one
  *    KVT_DESC_CUT descriptor for the data, and the port's lcore cuts the
- *    slices from the request array (kvt_sub_cut()); the fence, the
+ *    slices from the request array (kvt_cut(), cut.c); the fence, the
  *    notification and a DONE marker are queued right behind it, so the
  *    channel itself orders data before fence (same CUDA stream, same
  *    shm lcore).  Completion is the DONE word the port writes.
@@ -282,6 +288,12 @@ sub_publish(struct kvt_sub *s)
 	__atomic_store_n(&s->done, 1, __ATOMIC_RELEASE);
 }
 
+/* cut.c, the pump: cut up to max slices of striped submission s at its
+ * own cursor (s->cur), ports chosen, into d (descriptors from the
+ * engine's pool); @return how many, 0 when none are left or the pool is
+ * empty. */
+unsigned int kvt_cut_next(struct kvt_sub *s, struct kvt_desc **d,
+			  unsigned int max);
 /* queue.c: queue what the batch's submissions still have to send. */
 void kvt_batch_pump(struct kvt_batch *b);
 /* queue.c: how long kvt_batch_pump() may wait without a port running
@@ -292,9 +304,9 @@ void kvt_sub_prepare(struct kvt_sub *s, const struct kvt_submit_opts *o);
 /* complete.c: STRIPED: every request settled; the tail goes out from
  * port here (KVT_MAX_PORTS: any). */
 void kvt_sub_tails_start(struct kvt_sub *s, unsigned int here);
-/* submit.c: add delta to the in-flight counts of what s uses. */
+/* batch.c: add delta to the in-flight counts of what s uses (submit.c
+ * takes them, the batch gives them back as it finishes s). */
 void kvt_sub_refs_add(struct kvt_batch *b, struct kvt_sub *s, int64_t delta);
-/* submit.c: the page-list arena, emptied on reset, freed with the batch. */
 /* Submission steps the list submissions share with kvt_submit()
  * (submit.c): open a submission of nslots requests; check the options;
  * find the regions of a request; record a request; choose the mode;
@@ -360,6 +372,18 @@ kvt_slices_of(uint64_t len)
 		(len + kvt_eng->o.slice - 1) / kvt_eng->o.slice;
 }
 
+/* arena.c: len bytes (cache-line aligned) kept until the batch is
+ * reset; NULL when out of memory. */
+void *kvt_arena_alloc(struct kvt_batch *b, size_t len);
+/* arena.c: where the arena stands, so a refused submission gives back
+ * what it took since (kvt_arena_release()). */
+struct kvt_arena_mark {
+	struct kvt_arena *chunk;
+	size_t used;
+};
+struct kvt_arena_mark kvt_arena_mark(const struct kvt_batch *b);
+void kvt_arena_release(struct kvt_batch *b, struct kvt_arena_mark m);
+/* arena.c: empty it (kvt_batch_reset()), free it (kvt_batch_free()). */
 void kvt_arena_reset(struct kvt_batch *b);
 void kvt_arena_free(struct kvt_batch *b);
 

@@ -329,11 +329,10 @@ run_cut(struct kvt_held *h, unsigned int max, int *fin)
 	unsigned int n;
 
 	if (!h->cutting) {
-		kvt_sub_cut_begin(cut, &h->cut);
+		kvt_cut_begin(cut, &h->cut);
 		h->cutting = 1;
 	}
-	n = kvt_sub_cut(cut, &h->cut, d, RTE_MIN(max, (unsigned int)KVT_BURST),
-			fin);
+	n = kvt_cut(cut, &h->cut, d, RTE_MIN(max, (unsigned int)KVT_BURST), fin);
 	if (*fin)
 		h->cutting = 0;
 	if (n != 0)

@@ -273,20 +273,6 @@ kvt_ports_start(void)
 }
 
 void
-kvt_ports_stop(void)
-{
-	struct kvt_engine *e = kvt_eng;
-	unsigned int i;
-
-	/* The lcores are stopped: what stop hands back settles here. */
-	for (i = 0; i < e->nports; i++) {
-		if (e->ports[i]->pmd->ops->stop != NULL)
-			e->ports[i]->pmd->ops->stop(e->ports[i]);
-		kvt_port_settle(e->ports[i]);
-	}
-}
-
-void
 kvt_ports_remove(void)
 {
 	struct kvt_engine *e = kvt_eng;

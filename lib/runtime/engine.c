@@ -476,6 +476,21 @@ engine_free(void)
 	kvt_eng = NULL;
 }
 
+/* The lcores are stopped: each port stops, and what its stop hands back
+ * settles here. */
+static void
+ports_stop(void)
+{
+	struct kvt_engine *e = kvt_eng;
+	unsigned int i;
+
+	for (i = 0; i < e->nports; i++) {
+		if (e->ports[i]->pmd->ops->stop != NULL)
+			e->ports[i]->pmd->ops->stop(e->ports[i]);
+		kvt_port_settle(e->ports[i]);
+	}
+}
+
 int
 kvt_init(int argc, char **argv)
 {
@@ -563,7 +578,7 @@ stop_ctl:
 stop_lcores:
 	kvt_lcores_stop();
 stop_ports:
-	kvt_ports_stop();
+	ports_stop();
 	kvt_lcores_free();
 	kvt_notify_fini();
 mem_fini:
@@ -586,7 +601,7 @@ kvt_fini(void)
 	kvt_meta_stop();
 	kvt_ctl_stop();
 	kvt_lcores_stop();
-	kvt_ports_stop();
+	ports_stop();
 	kvt_batches_cancel_all();
 	kvt_peers_close_all();
 	kvt_notify_fini();

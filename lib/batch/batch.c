@@ -58,6 +58,59 @@ finish(struct kvt_batch *b, struct kvt_sub *s)
 	s->finished = 1;
 }
 
+/*
+ * Add delta to the in-flight counts of the regions a submission uses.
+ * Requests usually come in long runs over one region pair, so one atomic
+ * per run, not per request.
+ */
+void
+kvt_sub_refs_add(struct kvt_batch *b, struct kvt_sub *s, int64_t delta)
+{
+	struct kvt_mem *m = NULL;
+	struct kvt_rimp *ri = NULL;
+	uint64_t mn = 0, rn = 0;
+	unsigned int i;
+
+	if (!s->mixed) {
+		/* One region pair (or none): no pass over the requests. */
+		if (s->m1 != NULL) {
+			__atomic_fetch_add(&s->m1->inflight,
+					   (uint64_t)s->n * (uint64_t)delta,
+					   __ATOMIC_ACQ_REL);
+			__atomic_fetch_add(&s->ri1->refs,
+					   (uint64_t)s->n * (uint64_t)delta,
+					   __ATOMIC_ACQ_REL);
+		}
+		goto tail;
+	}
+	for (i = s->first; i <= s->first + s->n; i++) {
+		struct kvt_req *r = i < s->first + s->n ? &b->req[i] : NULL;
+
+		if (m != NULL && (r == NULL || req_mem(r) != m)) {
+			__atomic_fetch_add(&m->inflight, mn * (uint64_t)delta,
+					   __ATOMIC_ACQ_REL);
+			mn = 0;
+		}
+		if (ri != NULL && (r == NULL || req_rimp(r) != ri)) {
+			__atomic_fetch_add(&ri->refs, rn * (uint64_t)delta,
+					   __ATOMIC_ACQ_REL);
+			rn = 0;
+		}
+		if (r == NULL)
+			break;
+		m = req_mem(r);
+		ri = req_rimp(r);
+		mn++;
+		rn++;
+	}
+tail:
+	if (s->fence_ri != NULL)
+		__atomic_fetch_add(&s->fence_ri->refs, (uint64_t)delta,
+				   __ATOMIC_ACQ_REL);
+	__atomic_fetch_add(&s->peer->inflight, (uint64_t)delta,
+			   __ATOMIC_ACQ_REL);
+}
+
 static int
 done_word_set(const struct kvt_sub *s)
 {

@@ -2,8 +2,8 @@
 /*
  * Handing descriptors to lcores: each lcore's ring, which any thread
  * enqueues to, and its deferred list, which only the lcore itself uses.
- * Below the lcore loop (lcore.c) and the completion code (batch.c), and
- * calling neither.
+ * Below the lcore loop (runtime/lcore.c) and settling
+ * (batch/complete.c), and calling neither.
  */
 #include <errno.h>
 #include <stdint.h>

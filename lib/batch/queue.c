@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /*
- * Queueing: a submission's slices cut from its requests, each given a
- * port (one for an ordered submission, the least loaded for striped
- * ones), and handed to the ports' lcores in bursts; what a full ring
- * refuses waits in the batch's stash for the next pump.
+ * Queueing, on the submitter's side: a submission's tails, and its
+ * slices (cut.c cuts them) or its one descriptor, handed to the ports'
+ * lcores in bursts; what a full ring refuses waits in the batch's stash
+ * for the next pump (kvt_batch_pump: a submit, kvt_poll, kvt_wait,
+ * kvt_batch_reset and kvt_batch_free each pump first).
  */
 #include <errno.h>
 #include <sched.h>
@@ -76,90 +77,6 @@ enqueue(struct kvt_batch *b, enum kvt_prio prio, struct kvt_desc **d,
 			stash_push(b, prio, grp[k]);
 	}
 	return b->stash == NULL;
-}
-
-/* Where the slice at cur (at most *len bytes) starts, and its length:
- * a slice never crosses a page or a block (they are scattered). */
-static void
-slice_at(const struct kvt_sub *s, const struct kvt_req *r,
-	 const struct kvt_cursor *cur, uint32_t *len, struct kvt_desc *d)
-{
-	const struct kvt_xblocks *xb = s->blocks;
-	uint64_t page, in, ps;
-
-	if (xb != NULL) {
-		*len = (uint32_t)RTE_MIN((uint64_t)*len,
-					 xb->len[cur->blk] - cur->off);
-		d->local = (uint8_t *)(uintptr_t)xb->local[cur->blk] + cur->off;
-		d->remote = xb->remote[cur->blk] + cur->off;
-	} else if (s->pages != NULL) {
-		ps = s->pages->page_size;
-		page = cur->off / ps;
-		in = cur->off % ps;
-		*len = (uint32_t)RTE_MIN((uint64_t)*len, ps - in);
-		d->local = r->x.local + (uint64_t)s->pages->local_idx[page] * ps + in;
-		d->remote = r->x.remote + (uint64_t)s->pages->remote_idx[page] * ps +
-			in;
-	} else {
-		d->local = r->x.local + cur->off;
-		d->remote = r->x.remote + cur->off;
-	}
-}
-
-/* Move cur past a slice of len bytes of request r. */
-static void
-cursor_step(const struct kvt_sub *s, const struct kvt_req *r,
-	    struct kvt_cursor *cur, uint32_t len)
-{
-	const struct kvt_xblocks *xb = s->blocks;
-
-	cur->left--;
-	cur->off += len;
-	if (xb != NULL) {
-		if (cur->off < xb->len[cur->blk])
-			return;
-		cur->off = 0;
-		cur->blk++;
-		if (cur->blk == xb->first[cur->req - s->first + 1])
-			cur->req++;
-	} else if (cur->off == r->x.len) {
-		cur->req++;
-		cur->off = 0;
-	}
-}
-
-/* The next slice of s, from cur, at most max bytes, into d. */
-static void
-fill_slice(struct kvt_batch *b, struct kvt_sub *s, struct kvt_cursor *cur,
-	   uint32_t max, struct kvt_desc *d)
-{
-	struct kvt_req *r = &b->req[cur->req];
-	uint32_t len = (uint32_t)RTE_MIN(r->x.len - cur->off, (uint64_t)max);
-
-	slice_at(s, r, cur, &len, d);
-	/* Only the descriptor's first cache line is written here: the
-	 * class is the lcore's to write (ring_take(), kvt_sub_cut()). */
-	d->op = r->x.op == KVT_OP_READ ? KVT_DESC_READ : KVT_DESC_WRITE;
-	if (s->mode == SUB_ORDERED) {
-		/* One port, no choice, and no count of striped bytes in
-		 * flight (the lcore would write it back for each one); the
-		 * lcore settles it without reading its request. */
-		d->flags = KVT_DF_ORDERED;
-		d->port = s->port;
-	} else {
-		uint32_t mask = usable_ports(r, s->peer), space;
-
-		d->flags = 0;
-		space = (mask & (mask - 1)) != 0 ? kvt_stripe_space(mask) : mask;
-		d->port = (uint16_t)kvt_stripe_pick(space != 0 ? space : mask,
-						    len, b->seq++);
-	}
-	d->len = len;
-	d->conn = s->peer->conn[d->port];
-	d->lm = r->x.lm;
-	d->rm = r->x.rm;
-	d->owner = r;
-	cursor_step(s, r, cur, len);
 }
 
 /* One of the submission's own descriptors (its tails, or its whole
@@ -259,7 +176,7 @@ kvt_sub_prepare(struct kvt_sub *s, const struct kvt_submit_opts *o)
 			d->seq = tail_seq(s->peer);
 	}
 	if (s->mode == SUB_ORDERED && s->cur.left > 0) {
-		/* Its lcore cuts the slices (kvt_sub_cut()). */
+		/* Its lcore cuts the slices (kvt_cut(), cut.c). */
 		d = &s->whole;
 		sub_desc_init(s, d, KVT_DESC_CUT);
 	}
@@ -267,22 +184,12 @@ kvt_sub_prepare(struct kvt_sub *s, const struct kvt_submit_opts *o)
 		(void)tail_init(s, TAIL_DONE, KVT_DESC_DONE);	/* settles s */
 }
 
-/* Up to k descriptors from the engine's pool, one if k are not there;
- * @return how many. */
-static unsigned int
-desc_get(struct kvt_desc **d, unsigned int k)
-{
-	if (k == 0 || rte_mempool_get_bulk(kvt_eng->pool, (void **)d, k) == 0)
-		return k;
-	return rte_mempool_get_bulk(kvt_eng->pool, (void **)d, 1) == 0 ? 1 : 0;
-}
-
 /* @return 1 when the submission is fully queued. */
 static int
 pump_sub(struct kvt_batch *b, struct kvt_sub *s)
 {
 	struct kvt_desc *d[KVT_BURST];
-	unsigned int k, i;
+	unsigned int k;
 
 	if (s->mode == SUB_WHOLE) {
 		if (s->tails_queued)
@@ -314,55 +221,13 @@ pump_sub(struct kvt_batch *b, struct kvt_sub *s)
 		if (s->mode == SUB_STRIPED && s->prio != KVT_PRIO_URGENT &&
 		    kvt_stripe_space(usable_ports(&b->req[s->cur.req], s->peer)) == 0)
 			return 0;
-		k = desc_get(d, (unsigned int)RTE_MIN(s->cur.left,
-						      (uint64_t)KVT_BURST));
+		k = kvt_cut_next(s, d, KVT_BURST);
 		if (k == 0)
 			return 0;
-		for (i = 0; i < k; i++)
-			fill_slice(b, s, &s->cur, kvt_eng->o.slice, d[i]);
 		if (!enqueue(b, s->prio, d, k))
 			return 0;
 	}
 	return 1;
-}
-
-/* The largest slice the lcore cuts for a submission of class prio. */
-static uint32_t
-cut_size(uint8_t prio)
-{
-	return prio == KVT_PRIO_BULK ?
-		RTE_MIN(kvt_eng->o.slice, KVT_BULK_SLICE) : kvt_eng->o.slice;
-}
-
-void
-kvt_sub_cut_begin(const struct kvt_desc *cut, struct kvt_cursor *cur)
-{
-	const struct kvt_sub *s = cut->owner;
-	uint32_t size = cut_size(cut->prio);
-
-	/* left counted slices of --kvt-slice: at most this many of size. */
-	*cur = s->cur;
-	cur->left *= (kvt_eng->o.slice + size - 1) / size;
-}
-
-unsigned int
-kvt_sub_cut(struct kvt_desc *cut, struct kvt_cursor *cur, struct kvt_desc **d,
-	    unsigned int max, int *fin)
-{
-	struct kvt_sub *s = cut->owner;
-	uint32_t size = cut_size(cut->prio), end = s->first + s->n;
-	unsigned int k, i;
-
-	k = desc_get(d, (unsigned int)RTE_MIN(cur->left, (uint64_t)max));
-	for (i = 0; i < k && cur->req < end; i++) {
-		fill_slice(s->b, s, cur, size, d[i]);
-		d[i]->prio = cut->prio;
-	}
-	/* Smaller slices were counted generously: give back the rest. */
-	if (i < k)
-		rte_mempool_put_bulk(kvt_eng->pool, (void **)&d[i], k - i);
-	*fin = cur->req == end;
-	return i;
 }
 
 uint64_t

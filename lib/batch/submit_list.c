@@ -14,88 +14,6 @@
 
 #include "batch.h"
 
-/* ---- the arena: list copies, until the batch is reset ---- */
-
-struct arena_mark {
-	struct kvt_arena *chunk;
-	size_t used;
-};
-
-static void *
-arena_alloc(struct kvt_batch *b, size_t len)
-{
-	struct kvt_arena *c, **pp;
-	size_t cap;
-	void *p;
-
-	len = RTE_ALIGN_CEIL(len, RTE_CACHE_LINE_SIZE);
-	for (c = b->arena_cur; c != NULL; c = c->next) {
-		if (c->cap - c->used >= len) {
-			p = c->data + c->used;
-			c->used += len;
-			b->arena_cur = c;
-			return p;
-		}
-	}
-	cap = RTE_MAX(len, (size_t)ARENA_MIN);
-	c = aligned_alloc(RTE_CACHE_LINE_SIZE,
-			  RTE_ALIGN_CEIL(sizeof(*c) + cap, RTE_CACHE_LINE_SIZE));
-	if (c == NULL)
-		return NULL;
-	c->next = NULL;
-	c->cap = cap;
-	c->used = len;
-	for (pp = &b->arena; *pp != NULL; pp = &(*pp)->next)
-		;
-	*pp = c;
-	b->arena_cur = c;
-	return c->data;
-}
-
-static struct arena_mark
-arena_mark(const struct kvt_batch *b)
-{
-	struct arena_mark m = { b->arena_cur, b->arena_cur ? b->arena_cur->used : 0 };
-
-	return m;
-}
-
-/* Give back what was taken since mark (a refused submission). */
-static void
-arena_release(struct kvt_batch *b, struct arena_mark m)
-{
-	struct kvt_arena *c;
-
-	for (c = m.chunk != NULL ? m.chunk->next : b->arena; c != NULL;
-	     c = c->next)
-		c->used = 0;
-	if (m.chunk != NULL)
-		m.chunk->used = m.used;
-	b->arena_cur = m.chunk != NULL ? m.chunk : b->arena;
-}
-
-void
-kvt_arena_reset(struct kvt_batch *b)
-{
-	struct kvt_arena *c;
-
-	for (c = b->arena; c != NULL; c = c->next)
-		c->used = 0;
-	b->arena_cur = b->arena;
-}
-
-void
-kvt_arena_free(struct kvt_batch *b)
-{
-	struct kvt_arena *c;
-
-	while ((c = b->arena) != NULL) {
-		b->arena = c->next;
-		free(c);
-	}
-	b->arena_cur = NULL;
-}
-
 /* What every list submission checks first. */
 static int
 list_entry(const struct kvt_batch *b, const struct kvt_peer *p,
@@ -147,8 +65,8 @@ claim_pages(struct kvt_batch *b, struct kvt_sub *s, const struct kvt_req *q)
 	uint32_t k;
 	int sorted = 1;
 
-	r = arena_alloc(b, (size_t)xp->n * sizeof(*r));
-	tmp = arena_alloc(b, (size_t)xp->n * sizeof(*tmp));
+	r = kvt_arena_alloc(b, (size_t)xp->n * sizeof(*r));
+	tmp = kvt_arena_alloc(b, (size_t)xp->n * sizeof(*tmp));
 	if (r == NULL || tmp == NULL)
 		return -ENOMEM;
 	for (k = 0; k < xp->n; k++) {
@@ -169,9 +87,9 @@ pages_copy(struct kvt_batch *b, const struct kvt_pages *pg)
 	struct kvt_xpages *xp;
 	uint32_t *li, *ri;
 
-	xp = arena_alloc(b, sizeof(*xp));
-	li = arena_alloc(b, idx);
-	ri = arena_alloc(b, idx);
+	xp = kvt_arena_alloc(b, sizeof(*xp));
+	li = kvt_arena_alloc(b, idx);
+	ri = kvt_arena_alloc(b, idx);
 	if (xp == NULL || li == NULL || ri == NULL)
 		return NULL;
 	memcpy(li, pg->local_idx, idx);
@@ -190,7 +108,7 @@ kvt_submit_pages(struct kvt_batch *b, struct kvt_peer *p,
 	static const struct kvt_submit_opts none;
 	const struct kvt_submit_opts *o = opts != NULL ? opts : &none;
 	uint64_t llo, lhi, rlo, rhi, per_page, slice;
-	struct arena_mark mark;
+	struct kvt_arena_mark mark;
 	struct kvt_sub *s;
 	struct kvt_req *r;
 	unsigned int tok;
@@ -208,10 +126,10 @@ kvt_submit_pages(struct kvt_batch *b, struct kvt_peer *p,
 	ret = kvt_sub_open(b, p, 1, &s);
 	if (ret < 0)
 		return ret;
-	mark = arena_mark(b);
+	mark = kvt_arena_mark(b);
 	s->pages = pages_copy(b, pg);
 	if (s->pages == NULL) {
-		arena_release(b, mark);
+		kvt_arena_release(b, mark);
 		return -ENOMEM;
 	}
 	r = &b->req[b->used];
@@ -234,7 +152,7 @@ kvt_submit_pages(struct kvt_batch *b, struct kvt_peer *p,
 	}
 	ret = kvt_sub_commit(b, s, ret, tok);
 	if (ret < 0)
-		arena_release(b, mark);
+		kvt_arena_release(b, mark);
 	return ret;
 }
 
@@ -250,11 +168,11 @@ blocks_space(struct kvt_batch *b, const struct kvt_blocks *bl)
 	uint64_t *loc, *rem, *len;
 	uint32_t *first;
 
-	xb = arena_alloc(b, sizeof(*xb));
-	loc = arena_alloc(b, col);
-	rem = arena_alloc(b, col);
-	len = arena_alloc(b, col);
-	first = arena_alloc(b, ((size_t)bl->n + 1) * sizeof(*first));
+	xb = kvt_arena_alloc(b, sizeof(*xb));
+	loc = kvt_arena_alloc(b, col);
+	rem = kvt_arena_alloc(b, col);
+	len = kvt_arena_alloc(b, col);
+	first = kvt_arena_alloc(b, ((size_t)bl->n + 1) * sizeof(*first));
 	if (xb == NULL || loc == NULL || rem == NULL || len == NULL ||
 	    first == NULL)
 		return NULL;
@@ -347,8 +265,8 @@ claim_blocks(struct kvt_batch *b, struct kvt_sub *s)
 	uint32_t i, k;
 	int sorted = 1;
 
-	r = arena_alloc(b, (size_t)xb->n * sizeof(*r));
-	tmp = arena_alloc(b, (size_t)xb->n * sizeof(*tmp));
+	r = kvt_arena_alloc(b, (size_t)xb->n * sizeof(*r));
+	tmp = kvt_arena_alloc(b, (size_t)xb->n * sizeof(*tmp));
 	if (r == NULL || tmp == NULL)
 		return -ENOMEM;
 	for (i = 0; i < s->n; i++) {
@@ -371,7 +289,7 @@ kvt_submit_blocks(struct kvt_batch *b, struct kvt_peer *p,
 {
 	static const struct kvt_submit_opts none;
 	const struct kvt_submit_opts *o = opts != NULL ? opts : &none;
-	struct arena_mark mark;
+	struct kvt_arena_mark mark;
 	struct kvt_xblocks *xb;
 	struct kvt_sub *s;
 	unsigned int tok;
@@ -387,10 +305,10 @@ kvt_submit_blocks(struct kvt_batch *b, struct kvt_peer *p,
 	ret = kvt_sub_open(b, p, 1, &s);
 	if (ret < 0)
 		return ret;
-	mark = arena_mark(b);
+	mark = kvt_arena_mark(b);
 	xb = blocks_space(b, bl);
 	if (xb == NULL) {
-		arena_release(b, mark);
+		kvt_arena_release(b, mark);
 		return -ENOMEM;
 	}
 	s->blocks = xb;
@@ -407,6 +325,6 @@ kvt_submit_blocks(struct kvt_batch *b, struct kvt_peer *p,
 		ret = claim_blocks(b, s);
 	ret = kvt_sub_commit(b, s, ret, tok);
 	if (ret < 0)
-		arena_release(b, mark);
+		kvt_arena_release(b, mark);
 	return ret;
 }
