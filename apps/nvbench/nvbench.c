@@ -21,6 +21,7 @@
 #include <time.h>
 #include <unistd.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 
 #include <cuda.h>
@@ -75,6 +76,20 @@ die(const char *what)
 {
 	fprintf(stderr, "kvt-nvbench: %s\n", what);
 	exit(1);
+}
+
+/* The receiving process; the parent's waits on it end when it exits
+ * (it says why) or stays silent for CHILD_WAIT_NS. */
+static pid_t child;
+#define CHILD_WAIT_NS (120ull * 1000000000ull)
+
+static void
+child_check(uint64_t since_ns)
+{
+	if (waitpid(child, NULL, WNOHANG) == child)
+		die("the receiving process exited");
+	if (now_ns() - since_ns > CHILD_WAIT_NS)
+		die("the receiving process did not answer in 120 s");
 }
 
 static void
@@ -235,8 +250,12 @@ run_phase(int ph)
 static void
 wait_phase(int ph)
 {
-	while (__atomic_load_n(&sh->phase_done, __ATOMIC_ACQUIRE) != ph)
+	uint64_t since = now_ns();
+
+	while (__atomic_load_n(&sh->phase_done, __ATOMIC_ACQUIRE) != ph) {
+		child_check(since);
 		usleep(100);
+	}
 }
 
 static void
@@ -406,15 +425,19 @@ bench_latency(struct parent *pa, int rounds)
 	struct kvt_batch *b = kvt_batch_alloc(1);
 	CUresult (*wv)(CUstream, CUdeviceptr, cuuint64_t, unsigned int) = NULL;
 	enum cudaDriverEntryPointQueryResult q;
-	uint64_t *lat = malloc(rounds * sizeof(*lat)), *word, t0;
+	uint64_t *lat = malloc(rounds * sizeof(*lat)), *word, t0, since;
 	uint64_t *sub = malloc(rounds * sizeof(*sub));
+	unsigned int spin;
 	void *dword;
 	int r;
 
 	run_phase(PH_LAT);
 	for (r = 0; r < rounds; r++) {
-		while (__atomic_load_n(&sh->armed, __ATOMIC_ACQUIRE) != (uint64_t)r + 1)
-			;
+		since = now_ns();
+		for (spin = 1; __atomic_load_n(&sh->armed, __ATOMIC_ACQUIRE) !=
+		     (uint64_t)r + 1; spin++)
+			if ((spin & 4095) == 0)
+				child_check(since);
 		o.fence = (struct kvt_fence_ref){ .table = sh->child_ft,
 			.slot = (uint32_t)(r % SLOTS), .room = (uint64_t)r + 1 };
 		sh->t0[r] = now_ns();
@@ -471,6 +494,7 @@ static int
 parent_main(int argc, char **argv, const char *tests, int rounds)
 {
 	struct parent pa;
+	uint64_t since;
 	int ret;
 
 	ret = kvt_init(argc, argv);
@@ -483,8 +507,11 @@ parent_main(int argc, char **argv, const char *tests, int rounds)
 		die("parent: GPU 0 memory");
 	sh->parent_buf = (uintptr_t)pa.src;
 	kvt_listen_addr(sh->parent_addr, sizeof(sh->parent_addr));
-	while (!__atomic_load_n(&sh->ready, __ATOMIC_ACQUIRE))
+	since = now_ns();
+	while (!__atomic_load_n(&sh->ready, __ATOMIC_ACQUIRE)) {
+		child_check(since);
 		usleep(1000);
+	}
 	pa.p = kvt_peer_open(sh->child_addr, 10000);
 	if (pa.p == NULL)
 		die("parent: cannot open the child");
@@ -514,7 +541,7 @@ main(int argc, char **argv)
 {
 	const char *tests = "write,pages64k,pages4k,bidir,lat";
 	int rounds = 10000, i, kargc = argc, st;
-	pid_t child;
+	pid_t parent;
 
 	/* Our options come last, after kvt's. */
 	for (i = 1; i < argc; i++) {
@@ -534,9 +561,17 @@ main(int argc, char **argv)
 		die("shared memory");
 	memset(sh, 0, sizeof(*sh));
 	/* Fork before CUDA or EAL exist in this process. */
+	parent = getpid();
 	child = fork();
-	if (child == 0)
+	if (child < 0)
+		die("fork");
+	if (child == 0) {
+		/* A parent that died leaves no receiver spinning. */
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		if (getppid() != parent)
+			return 1;
 		return child_main(kargc, argv, rounds);
+	}
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	parent_main(kargc, argv, tests, rounds);
 	if (waitpid(child, &st, 0) != child || !WIFEXITED(st) ||
