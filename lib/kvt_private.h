@@ -550,7 +550,7 @@ int kvt_peer_region_update(struct kvt_peer *p, int add, const uint8_t *val,
 /* Control thread: release the regions the peer removed that no request
  * uses any more; @return the newest REGION_DEL number up to which every
  * removal is done (for REGION_GONE). */
-uint64_t kvt_peer_regions_settle(struct kvt_peer *p);
+uint64_t kvt_peer_regions_release(struct kvt_peer *p);
 void kvt_peers_close_all(void);
 struct kvt_rimp *kvt_peer_find_region(struct kvt_peer *p, uint64_t addr,
 				      uint64_t len);

@@ -106,7 +106,7 @@ struct inflight {
 
 /* Wait for f, check and count it, and make it free again. */
 static int
-settle(struct worker *w, struct inflight *f)
+inflight_finish(struct worker *w, struct inflight *f)
 {
 	struct shared *sh = w->sh;
 	const struct kvfwd_opts *o = sh->o;
@@ -169,7 +169,7 @@ plain_worker(void *arg)
 	while (x != NULL && fl != NULL && !sh->failed &&
 	       (n = kvfwd_take_blocks(sh, o->batch)) > 0) {
 		f = &fl[k];
-		if (f->n > 0 && settle(w, f) < 0) {
+		if (f->n > 0 && inflight_finish(w, f) < 0) {
 			sh->failed = 1;
 			break;
 		}
@@ -203,7 +203,7 @@ plain_worker(void *arg)
 	/* The rest, oldest first (after a failure: to let go of them). */
 	for (i = 0; fl != NULL && i < o->depth; i++) {
 		f = &fl[(k + i) % o->depth];
-		if (f->n > 0 && settle(w, f) < 0)
+		if (f->n > 0 && inflight_finish(w, f) < 0)
 			sh->failed = 1;
 		kvt_batch_free(f->b);
 	}

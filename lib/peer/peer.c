@@ -195,7 +195,7 @@ kvt_peer_region_update(struct kvt_peer *p, int add, const uint8_t *val,
 		return 0;	/* never imported: nothing to do */
 	ri = gone;
 	/* Submissions hold regions by reference: it goes when they are
-	 * done (kvt_peer_regions_settle). */
+	 * done (kvt_peer_regions_release). */
 	ri->del_seq = seq;
 	ri->retired_next = p->retired;
 	p->retired = ri;
@@ -203,7 +203,7 @@ kvt_peer_region_update(struct kvt_peer *p, int add, const uint8_t *val,
 }
 
 uint64_t
-kvt_peer_regions_settle(struct kvt_peer *p)
+kvt_peer_regions_release(struct kvt_peer *p)
 {
 	struct kvt_rimp **pp = &p->retired, *ri;
 	uint64_t upto = p->del_seen;

@@ -203,7 +203,7 @@ outbox_deliver(void)
 static void
 peer_gone(struct kvt_peer *p)
 {
-	uint64_t upto = kvt_peer_regions_settle(p);
+	uint64_t upto = kvt_peer_regions_release(p);
 	struct kvt_buf b = { 0 };
 
 	if (upto <= p->del_acked)

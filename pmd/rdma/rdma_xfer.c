@@ -1,12 +1,12 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * The lcore side of the RDMA transport: descriptors become work requests,
- * completions settle descriptors.
+ * and work completions hand them back (kvt_desc_complete).
  *
  * Each queue pair keeps its send queue as a ring of entries in post order.
  * Descriptors are posted in chains of at most RD_CHAIN work requests and
  * only the last of a chain is signalled; RC completes a send queue in
- * order, so its completion settles every entry up to it.
+ * order, so its completion ends every entry up to it.
  *
  * Ordering: why a settled slice's bytes are in place, and why the fence
  * comes after all of them.
@@ -18,10 +18,10 @@
  *    requests in order, and its NIC's read of host or GPU memory cannot pass
  *    the posted writes it issued before; the READ's answer therefore leaves
  *    after every earlier WRITE of that queue pair is placed.  Only then
- *    does the chain's completion settle its slices.
+ *    does the chain's completion complete its slices.
  *  - The engine issues a request's fence only when every slice of it, on
- *    every queue pair and NIC, has settled (batch.c: the acq_rel chain of
- *    settled counters).  By the point above, all of its bytes are placed
+ *    every queue pair and NIC, has settled (batch/complete.c: the
+ *    acq_rel chain of settled counters).  By the point above, all of its bytes are placed
  *    at the receiver before the fence WRITE is even posted, whichever
  *    queue pair or NIC carries the fence.
  *  - The fence is an 8-byte inline WRITE to an 8-byte aligned word: one
@@ -111,9 +111,9 @@ backlog_fail(struct rd_conn *c, int err)
 		kvt_desc_complete(c->c.port, backlog_pop(c), err);
 }
 
-/* Settle one send queue entry. */
+/* One send queue entry ended: complete its descriptor. */
 static void
-entry_done(struct rd_conn *c, struct rd_qp *q, struct rd_wr *e, int err)
+entry_complete(struct rd_conn *c, struct rd_qp *q, struct rd_wr *e, int err)
 {
 	struct kvt_desc *d = e->d;
 
@@ -139,7 +139,7 @@ static void
 qp_drain(struct rd_conn *c, struct rd_qp *q, int err)
 {
 	while (q->head != q->tail)
-		entry_done(c, q, ring_at(c, q, q->head++), err);
+		entry_complete(c, q, ring_at(c, q, q->head++), err);
 	q->dirty = 0;
 	q->notes = 0;
 	q->note_next = 0;
@@ -384,7 +384,7 @@ post_chain(struct rd_conn *c, struct rd_qp *q, uint64_t now)
 		if (n + pieces > RD_CHAIN - 1)
 			break;
 		backlog_pop(c);
-		/* Pieces in order; only the last settles the descriptor
+		/* Pieces in order; only the last completes the descriptor
 		 * (RC completes a queue pair's requests in order). */
 		for (k = 0; k < pieces; k++, n++) {
 			wr_fill(c, q, d, &wr[n], &sge[n]);
@@ -490,7 +490,7 @@ wc_errno(enum ibv_wc_status s)
 }
 
 static void
-recv_done(struct rd_conn *c, unsigned int qi, const struct ibv_wc *wc)
+recv_wc(struct rd_conn *c, unsigned int qi, const struct ibv_wc *wc)
 {
 	unsigned int i = (unsigned int)RD_WRID_SEQ(wc->wr_id);
 	struct rd_qp *q = &c->qp[qi];
@@ -538,7 +538,7 @@ held_retry(struct rd_conn *c)
 }
 
 static void
-send_done(struct rd_conn *c, unsigned int qi, const struct ibv_wc *wc)
+send_wc(struct rd_conn *c, unsigned int qi, const struct ibv_wc *wc)
 {
 	struct rd_qp *q = &c->qp[qi];
 	uint64_t seq, mask = (1ull << 39) - 1;
@@ -551,16 +551,16 @@ send_done(struct rd_conn *c, unsigned int qi, const struct ibv_wc *wc)
 		return;
 	if (likely(wc->status == IBV_WC_SUCCESS)) {
 		while (q->head <= seq)
-			entry_done(c, q, ring_at(c, q, q->head++), 0);
+			entry_complete(c, q, ring_at(c, q, q->head++), 0);
 		return;
 	}
 	/* Before a real error everything completed; a flush says nothing
 	 * about the unsignalled entries before it. */
 	err = wc->status == IBV_WC_WR_FLUSH_ERR ? -EIO : 0;
 	while (q->head < seq)
-		entry_done(c, q, ring_at(c, q, q->head++), err);
+		entry_complete(c, q, ring_at(c, q, q->head++), err);
 	err = wc_errno(wc->status);
-	entry_done(c, q, ring_at(c, q, q->head++), err);
+	entry_complete(c, q, ring_at(c, q, q->head++), err);
 	if (wc->status == IBV_WC_REM_ACCESS_ERR)
 		RD_LOG(ERR, "%s: %s refused an access (remote key or range)",
 		       c->rp->nic.name, c->c.info.name);
@@ -582,9 +582,9 @@ wc_handle(struct rd_port *rp, const struct ibv_wc *wc)
 	if (qi == c->nqps)
 		return;
 	if (RD_WRID_RECV(wc->wr_id))
-		recv_done(c, qi, wc);
+		recv_wc(c, qi, wc);
 	else
-		send_done(c, qi, wc);
+		send_wc(c, qi, wc);
 }
 
 /* Every millisecond or so: lost peers, stuck queue pairs, held messages. */

@@ -78,7 +78,7 @@ payload_took(struct tcp_sock *s, uint32_t n)
 }
 
 static int
-frame_done(struct kvt_port *port, struct tcp_sock *s)
+frame_received(struct kvt_port *port, struct tcp_sock *s)
 {
 	int ret = 0;
 
@@ -92,12 +92,12 @@ frame_done(struct kvt_port *port, struct tcp_sock *s)
 
 /* Header bytes are complete: act on it. */
 static int
-header_done(struct kvt_port *port, struct tcp_sock *s)
+header_received(struct kvt_port *port, struct tcp_sock *s)
 {
 	int ret = s->server ? tcp_serve_header(port, s) : took_header(s);
 
 	if (ret == 0 && s->rx_left == 0)
-		ret = frame_done(port, s);
+		ret = frame_received(port, s);
 	return ret;
 }
 
@@ -121,7 +121,7 @@ consume(struct kvt_port *port, struct tcp_sock *s)
 			s->rh_off += n;
 			s->rb_off += n;
 			if (s->rh_off == sizeof(s->rh)) {
-				ret = header_done(port, s);
+				ret = header_received(port, s);
 				if (ret < 0)
 					return ret;
 			}
@@ -136,7 +136,7 @@ consume(struct kvt_port *port, struct tcp_sock *s)
 			kvt_target_end(tok);
 		s->rb_off += n;
 		if (payload_took(s, n)) {
-			ret = frame_done(port, s);
+			ret = frame_received(port, s);
 			if (ret < 0)
 				return ret;
 		}
@@ -209,7 +209,7 @@ tcp_sock_recv(struct kvt_port *port, struct tcp_sock *s, uint32_t *budget)
 				continue;
 			}
 			if (n > 0 && payload_took(s, (uint32_t)n)) {
-				ret = frame_done(port, s);
+				ret = frame_received(port, s);
 				if (ret < 0)
 					return ret;
 			}

@@ -319,7 +319,7 @@ retire_here(struct tcp_conn *c, const struct tcp_retire *rq,
 		return 0;
 	}
 	/* Nothing can carry these tails here any more: their fate is
-	 * settled. */
+	 * decided. */
 	for (i = 0; i < rq->nseq; i++)
 		if (kvt_conn_tail_taken(&c->c, rq->seq[i]))
 			taken |= 1ull << i;
