@@ -25,97 +25,7 @@
 #include "test_assert.h"
 #include "test_common.h"
 #include "verbs_double.h"
-
-#define OPTS "--kvt-pmd rdma --kvt-timeout 1000"
-
-static char dir[64];
-
-/* Every test gets its own double: rails and process tables in dir. */
-static void
-rails(const char *devs)
-{
-	snprintf(dir, sizeof(dir), "/tmp/kvt-vd-XXXXXX");
-	cr_assert_not_null(mkdtemp(dir));
-	setenv("KVT_VDOUBLE_DIR", dir, 1);
-	setenv("KVT_VDOUBLE_DEVS", devs, 1);
-}
-
-static void
-rails_fini(void)
-{
-	char cmd[128];
-
-	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
-	if (dir[0] != '\0' && system(cmd) != 0)
-		fprintf(stderr, "cannot remove %s\n", dir);
-}
-
-/* Write n blocks of len from src to base (block i to base + i * len) as
- * one batch; @return the first failed status or 0. */
-static int
-write_blocks(struct kvt_peer *p, uint8_t *src, uint64_t base, unsigned int n,
-	     uint64_t len, uint64_t timeout_us)
-{
-	struct kvt_xfer *x = calloc(n, sizeof(*x));
-	struct kvt_batch *b = kvt_batch_alloc(n);
-	unsigned int i;
-	int ret = 0, st;
-
-	for (i = 0; i < n; i++)
-		x[i] = (struct kvt_xfer){ .op = KVT_OP_WRITE, .local = src + i * len,
-					  .remote = base + i * len, .len = len };
-	cr_assert_geq(kvt_submit(b, p, x, n, NULL), 0);
-	cr_assert_eq(kvt_wait(b, timeout_us), 0, "the batch did not settle");
-	for (i = 0; i < n; i++) {
-		st = kvt_status(b, i);
-		if (st != 0 && ret == 0)
-			ret = st;
-	}
-	kvt_batch_free(b);
-	free(x);
-	return ret;
-}
-
-static int
-port_of(const char *name)
-{
-	struct kvt_port_info pi;
-	unsigned int i;
-
-	for (i = 0; i < kvt_port_count(); i++)
-		if (kvt_port_info(i, &pi) == 0 && strcmp(pi.name, name) == 0)
-			return (int)i;
-	cr_assert_fail("no port %s", name);
-	return -1;
-}
-
-/* Cut rail `nic` once it carried bytes of batch b, which must still be
- * running then (a cut after the work could not test the move). */
-static void
-cut_when_busy(const char *nic, struct kvt_batch *b)
-{
-	char port[40];
-	struct kvt_port_stats st;
-	uint64_t t0 = tc_now_us();
-
-	snprintf(port, sizeof(port), "rdma:%s", nic);
-	do {
-		cr_assert_eq(kvt_port_stats((unsigned int)port_of(port), &st), 0);
-		cr_assert_lt(tc_now_us() - t0, 10000000, "%s carried nothing", nic);
-	} while (st.write_bytes == 0);
-	vd_rail(nic)->down = 1;
-	cr_assert_gt(kvt_poll(b), 0,
-		     "the batch ended before %s was cut: slow the rails", nic);
-}
-
-static uint64_t
-port_bytes(const char *name)
-{
-	struct kvt_port_stats st;
-
-	cr_assert_eq(kvt_port_stats((unsigned int)port_of(name), &st), 0);
-	return st.write_bytes + st.read_bytes;
-}
+#include "rdma_rails.h"
 
 /* ---- the handshake's encoding ---- */
 
@@ -198,9 +108,9 @@ Test(rdma, endpoint_encoding_and_rails)
 
 /* ---- engines ---- */
 
-Test(rdma, no_device, .fini = rails_fini)
+Test(rdma, no_device, .fini = rdma_rails_fini)
 {
-	rails("");
+	rdma_rails("");
 	/* The other transports run; rdma says why it has no port. */
 	cr_assert_geq(tc_engine_init("--kvt-pmd shm"), 0);
 	kvt_fini();
@@ -213,7 +123,7 @@ Test(rdma, no_device, .fini = rails_fini)
  * 16 MiB slices, each split into work requests the port accepts.  With
  * the CQ size fixed at 65 536, no port started here.
  */
-Test(rdma, rxe_limits, .timeout = 120, .fini = rails_fini)
+Test(rdma, rxe_limits, .timeout = 120, .fini = rdma_rails_fini)
 {
 	static const uint64_t sizes[] = { 1, 4097, 8 * MiB, 8 * MiB + 1, 16 * MiB };
 	struct vd_rail *r0, *r1;
@@ -222,7 +132,7 @@ Test(rdma, rxe_limits, .timeout = 120, .fini = rails_fini)
 	uint64_t base, ft, req0;
 	uint8_t *src;
 
-	rails("rxe0,rxe1");
+	rdma_rails("rxe0,rxe1");
 	setenv("KVT_VDOUBLE_PROFILE", "rxe", 1);
 	r0 = vd_rail("rxe0");
 	r1 = vd_rail("rxe1");
@@ -256,7 +166,7 @@ Test(rdma, rxe_limits, .timeout = 120, .fini = rails_fini)
  * messages too short for the slice size keep the port from starting,
  * with the reason.
  */
-Test(rdma, small_device_limits, .timeout = 120, .fini = rails_fini)
+Test(rdma, small_device_limits, .timeout = 120, .fini = rdma_rails_fini)
 {
 	static const uint64_t sizes[] = { 1, 8, 9, 64, 4096 };
 	struct tc_peer t;
@@ -264,7 +174,7 @@ Test(rdma, small_device_limits, .timeout = 120, .fini = rails_fini)
 	uint64_t base, ft;
 	uint8_t *src, *big;
 
-	rails("mlx5_0");
+	rdma_rails("mlx5_0");
 	setenv("KVT_VDOUBLE_LIMITS", "inline=8,mr=4194304", 1);
 	cr_assert_geq(tc_engine_init(OPTS), 0);
 	cr_assert_eq(kvt_port_count(), 1);
@@ -292,7 +202,7 @@ Test(rdma, small_device_limits, .timeout = 120, .fini = rails_fini)
 	free(src);
 }
 
-Test(rdma, data_fence_notify, .timeout = 120, .fini = rails_fini)
+Test(rdma, data_fence_notify, .timeout = 120, .fini = rdma_rails_fini)
 {
 	static const uint64_t sizes[] = { 1, 60, 4095, 65536, MiB + 7, 16 * MiB };
 	struct tc_peer t;
@@ -300,7 +210,7 @@ Test(rdma, data_fence_notify, .timeout = 120, .fini = rails_fini)
 	uint8_t *src;
 	uint64_t base, ft, b0, b1;
 
-	rails("mlx5_0,mlx5_1");
+	rdma_rails("mlx5_0,mlx5_1");
 	cr_assert_geq(tc_engine_init(OPTS), 0);
 	cr_assert_eq(kvt_port_count(), 2);
 	cr_assert_eq(tc_peer_start(&t, OPTS), 0);
@@ -316,8 +226,8 @@ Test(rdma, data_fence_notify, .timeout = 120, .fini = rails_fini)
 	 * sanitizer-built engine on a busy box can make either rail look
 	 * slow for a while: one rail carrying 16 slices or more proves the
 	 * stripe, an even split is not promised. */
-	b0 = port_bytes("rdma:mlx5_0");
-	b1 = port_bytes("rdma:mlx5_1");
+	b0 = rdma_port_bytes("rdma:mlx5_0");
+	b1 = rdma_port_bytes("rdma:mlx5_1");
 	cr_log_info("rail bytes: %" PRIu64 " + %" PRIu64, b0, b1);
 	cr_assert_gt(b0, MiB, "mlx5_0 carried %" PRIu64 " of %" PRIu64 " bytes",
 		     b0, b0 + b1);
@@ -335,13 +245,13 @@ Test(rdma, data_fence_notify, .timeout = 120, .fini = rails_fini)
  * target (its NIC's key) ends every access, even from a peer that has
  * not heard of it yet (tc_unregister_race).
  */
-Test(rdma, unregister_closes, .timeout = 120, .fini = rails_fini)
+Test(rdma, unregister_closes, .timeout = 120, .fini = rdma_rails_fini)
 {
 	struct tc_peer t;
 	struct kvt_peer *p;
 	uint64_t writes;
 
-	rails("mlx5_0,mlx5_1");
+	rdma_rails("mlx5_0,mlx5_1");
 	cr_assert_geq(tc_engine_init(OPTS), 0);
 	cr_assert_eq(tc_peer_start(&t, OPTS), 0);
 	p = tc_open_peer(&t);
@@ -358,7 +268,7 @@ Test(rdma, unregister_closes, .timeout = 120, .fini = rails_fini)
  * 8-byte flush READ, READs need none, a fence is one more 8-byte WRITE.
  * Counted on the double's rail.
  */
-Test(rdma, slices_to_work_requests, .timeout = 60, .fini = rails_fini)
+Test(rdma, slices_to_work_requests, .timeout = 60, .fini = rdma_rails_fini)
 {
 	struct kvt_submit_opts o = { .flags = KVT_SUBMIT_FENCE };
 	struct vd_rail *rail;
@@ -367,7 +277,7 @@ Test(rdma, slices_to_work_requests, .timeout = 60, .fini = rails_fini)
 	uint8_t *src = malloc(MiB);
 	uint64_t base, ft, req, bytes, flushes;
 
-	rails("mlx5_0");
+	rdma_rails("mlx5_0");
 	rail = vd_rail("mlx5_0");
 	cr_assert_geq(tc_engine_init("--kvt-pmd rdma,qps=1 --kvt-slice 64K"), 0);
 	cr_assert_eq(tc_peer_start(&t, OPTS), 0);
@@ -402,7 +312,7 @@ Test(rdma, slices_to_work_requests, .timeout = 60, .fini = rails_fini)
 }
 
 /* A page list is striped over both rails like any request. */
-Test(rdma, page_list, .timeout = 60, .fini = rails_fini)
+Test(rdma, page_list, .timeout = 60, .fini = rdma_rails_fini)
 {
 	const uint32_t n = 256, pages = 512;
 	const uint64_t ps = 16 << 10, pool = pages * ps;
@@ -414,7 +324,7 @@ Test(rdma, page_list, .timeout = 60, .fini = rails_fini)
 	struct kvt_peer *p;
 	uint64_t base;
 
-	rails("mlx5_0,mlx5_1");
+	rdma_rails("mlx5_0,mlx5_1");
 	cr_assert_geq(tc_engine_init(OPTS " --kvt-slice 8K"), 0);
 	cr_assert_eq(tc_peer_start(&t, OPTS), 0);
 	local = malloc(pool);
@@ -436,8 +346,8 @@ Test(rdma, page_list, .timeout = 60, .fini = rails_fini)
 	cr_assert_eq(kvt_status(b, 0), 0);
 	cr_assert_eq(tc_peer_u64(&t, 16, "sum 0 0 %" PRIu64, pool),
 		     tc_hash(mirror, pool));
-	cr_assert_gt(port_bytes("rdma:mlx5_0"), 0);
-	cr_assert_gt(port_bytes("rdma:mlx5_1"), 0);
+	cr_assert_gt(rdma_port_bytes("rdma:mlx5_0"), 0);
+	cr_assert_gt(rdma_port_bytes("rdma:mlx5_1"), 0);
 	kvt_batch_free(b);
 	kvt_peer_close(p);
 	tc_peer_stop(&t);
@@ -448,7 +358,7 @@ Test(rdma, page_list, .timeout = 60, .fini = rails_fini)
 
 /* Notifications arrive after their data and in order: the receiver
  * checks each round's bytes when it reads the round's message. */
-Test(rdma, notified_rounds, .timeout = 120, .fini = rails_fini)
+Test(rdma, notified_rounds, .timeout = 120, .fini = rdma_rails_fini)
 {
 	const unsigned int rounds = 64, blocks = 4;
 	const uint64_t len = 64 << 10, round = blocks * len;
@@ -462,7 +372,7 @@ Test(rdma, notified_rounds, .timeout = 120, .fini = rails_fini)
 	unsigned int r, i, got, bad;
 	char note[64];
 
-	rails("mlx5_0,mlx5_1");
+	rdma_rails("mlx5_0,mlx5_1");
 	cr_assert_geq(tc_engine_init(OPTS " --kvt-slice 16K"), 0);
 	cr_assert_eq(tc_peer_start(&t, OPTS), 0);
 	src = malloc(rounds * round);
@@ -500,7 +410,7 @@ Test(rdma, notified_rounds, .timeout = 120, .fini = rails_fini)
 }
 
 /* Host memory on node 0 goes over node 0's NICs only. */
-Test(rdma, topology_keeps_bytes_near, .timeout = 120, .fini = rails_fini)
+Test(rdma, topology_keeps_bytes_near, .timeout = 120, .fini = rdma_rails_fini)
 {
 	char root[256], opts[512], nic[128];
 	struct tc_peer t;
@@ -509,7 +419,7 @@ Test(rdma, topology_keeps_bytes_near, .timeout = 120, .fini = rails_fini)
 	uint64_t base, b0, b1, b2;
 	unsigned int i;
 
-	rails("mlx5_0,mlx5_1,mlx5_2");
+	rdma_rails("mlx5_0,mlx5_1,mlx5_2");
 	cr_assert_eq(st_root(root, sizeof(root)), 0);
 	st_node(root, 0);
 	st_node(root, 1);
@@ -528,17 +438,17 @@ Test(rdma, topology_keeps_bytes_near, .timeout = 120, .fini = rails_fini)
 	base = tc_peer_u64(&t, 0, "alloc 0 %" PRIu64 " w", 64 * MiB);
 	p = tc_open_peer(&t);
 	tc_fill(src, 64 * MiB, 5);
-	cr_assert_eq(write_blocks(p, src, base, 32, MiB, 30000000), 0);
-	b0 = port_bytes("rdma:mlx5_0");
-	b1 = port_bytes("rdma:mlx5_1");
-	b2 = port_bytes("rdma:mlx5_2");
+	cr_assert_eq(rdma_write_blocks(p, src, base, 32, MiB, 30000000), 0);
+	b0 = rdma_port_bytes("rdma:mlx5_0");
+	b1 = rdma_port_bytes("rdma:mlx5_1");
+	b2 = rdma_port_bytes("rdma:mlx5_2");
 	cr_assert_eq(b0 + b1, 32 * MiB);
 	cr_assert_eq(b2, 0, "node 1's NIC carried %" PRIu64 " bytes of node 0's memory", b2);
 	cr_assert_gt(b0, 8 * MiB, "both node 0 NICs work: %" PRIu64 "/%" PRIu64, b0, b1);
 	cr_assert_gt(b1, 8 * MiB, "both node 0 NICs work: %" PRIu64 "/%" PRIu64, b0, b1);
-	cr_assert_eq(write_blocks(p, src + 32 * MiB, base + 32 * MiB, 32, MiB,
+	cr_assert_eq(rdma_write_blocks(p, src + 32 * MiB, base + 32 * MiB, 32, MiB,
 				  30000000), 0);
-	cr_assert_eq(port_bytes("rdma:mlx5_2"), 32 * MiB);
+	cr_assert_eq(rdma_port_bytes("rdma:mlx5_2"), 32 * MiB);
 	cr_assert_eq(tc_peer_u64(&t, 16, "sum 0 0 %" PRIu64, 64 * MiB),
 		     tc_hash(src, 64 * MiB));
 	kvt_peer_close(p);
@@ -549,7 +459,7 @@ Test(rdma, topology_keeps_bytes_near, .timeout = 120, .fini = rails_fini)
 }
 
 /* A slow rail gets fewer slices, but still some. */
-Test(rdma, striping_follows_rate, .timeout = 120, .fini = rails_fini)
+Test(rdma, striping_follows_rate, .timeout = 120, .fini = rdma_rails_fini)
 {
 	struct tc_peer t;
 	struct kvt_peer *p;
@@ -557,11 +467,11 @@ Test(rdma, striping_follows_rate, .timeout = 120, .fini = rails_fini)
 	uint64_t base, fast, slow;
 	unsigned int r;
 
-	rails("mlx5_0,mlx5_1");
+	rdma_rails("mlx5_0,mlx5_1");
 	vd_rail("mlx5_1")->rate_mbps = 800;	/* 100 MB/s */
 	base = tc_pair_start(&t, OPTS, src, MiB, 64 * MiB, &p);
 	for (r = 0; r < 40; r++)
-		cr_assert_eq(write_blocks(p, src, base, 1, MiB, 30000000), 0);
+		cr_assert_eq(rdma_write_blocks(p, src, base, 1, MiB, 30000000), 0);
 	for (r = 0; r < 8; r++) {
 		struct kvt_xfer x[64];
 		struct kvt_batch *b = kvt_batch_alloc(64);
@@ -574,8 +484,8 @@ Test(rdma, striping_follows_rate, .timeout = 120, .fini = rails_fini)
 		cr_assert_eq(kvt_wait(b, 30000000), 0);
 		kvt_batch_free(b);
 	}
-	fast = port_bytes("rdma:mlx5_0");
-	slow = port_bytes("rdma:mlx5_1");
+	fast = rdma_port_bytes("rdma:mlx5_0");
+	slow = rdma_port_bytes("rdma:mlx5_1");
 	cr_log_info("fast rail %" PRIu64 " MiB, slow rail %" PRIu64 " MiB",
 		    fast / MiB, slow / MiB);
 	cr_assert_gt(slow, 0, "the slow rail is still probed");
@@ -585,301 +495,4 @@ Test(rdma, striping_follows_rate, .timeout = 120, .fini = rails_fini)
 	tc_peer_stop(&t);
 	kvt_fini();
 	free(src);
-}
-
-/* A rail goes down mid-transfer: every request completes intact over the
- * other; when it returns it carries bytes again. */
-Test(rdma, rail_down_and_back, .timeout = 120, .fini = rails_fini)
-{
-	const unsigned int n = 256;
-	struct kvt_xfer *x = calloc(n, sizeof(*x));
-	struct kvt_port_stats st;
-	struct kvt_batch *b;
-	struct tc_peer t;
-	struct kvt_peer *p;
-	uint8_t *src = malloc(n * MiB / 4);
-	uint64_t base, before, t0;
-	unsigned int i;
-
-	rails("mlx5_0,mlx5_1");
-	vd_rail("mlx5_1")->rate_mbps = 16000;	/* 2 GB/s: long enough to cut */
-	vd_rail("mlx5_0")->rate_mbps = 16000;
-	base = tc_pair_start(&t, OPTS, src, n * MiB / 4, n * MiB / 4, &p);
-	tc_fill(src, n * MiB / 4, 77);
-	for (i = 0; i < n; i++)
-		x[i] = (struct kvt_xfer){ .op = KVT_OP_WRITE, .local = src + i * MiB / 4,
-					  .remote = base + i * MiB / 4, .len = MiB / 4 };
-	b = kvt_batch_alloc(n);
-	cr_assert_geq(kvt_submit(b, p, x, n, NULL), 0);
-	cut_when_busy("mlx5_1", b);
-	cr_assert_eq(kvt_wait(b, 30000000), 0);
-	for (i = 0; i < n; i++)
-		cr_assert_eq(kvt_status(b, i), 0, "request %u: %s", i,
-			     strerror(-kvt_status(b, i)));
-	cr_assert_eq(tc_peer_u64(&t, 16, "sum 0 0 %" PRIu64, n * MiB / 4),
-		     tc_hash(src, n * MiB / 4));
-	cr_assert_eq(kvt_port_stats((unsigned int)port_of("rdma:mlx5_1"), &st), 0);
-	cr_log_info("mlx5_1: %" PRIu64 " slices, %" PRIu64 " moved away",
-		    st.slices, st.retries);
-	cr_assert_gt(st.retries, 0, "the cut rail had slices in flight");
-	/* Back up: after the pause and the re-arm it carries bytes again. */
-	vd_rail("mlx5_1")->down = 0;
-	vd_rail("mlx5_1")->rate_mbps = 0;
-	vd_rail("mlx5_0")->rate_mbps = 0;
-	before = port_bytes("rdma:mlx5_1");
-	t0 = tc_now_us();
-	while (port_bytes("rdma:mlx5_1") == before && tc_now_us() - t0 < 20000000) {
-		kvt_batch_reset(b);
-		cr_assert_geq(kvt_submit(b, p, x, 64, NULL), 0);
-		cr_assert_eq(kvt_wait(b, 30000000), 0);
-		for (i = 0; i < 64; i++)
-			cr_assert_eq(kvt_status(b, i), 0);
-		usleep(20000);
-	}
-	cr_assert_gt(port_bytes("rdma:mlx5_1"), before,
-		     "the rail did not come back within 20 s");
-	cr_log_info("rail back after %" PRIu64 " ms", (tc_now_us() - t0) / 1000);
-	kvt_batch_free(b);
-	kvt_peer_close(p);
-	tc_peer_stop(&t);
-	kvt_fini();
-	free(src);
-	free(x);
-}
-
-/* The peer received notifications "<prefix>0" .. "<prefix>n-1", each
- * exactly once. */
-static void
-notes_once(struct tc_peer *t, char prefix, unsigned int n)
-{
-	char *notes = malloc(8192), want[16], *q;
-	unsigned int i, c;
-
-	/* " TEXT@peer" each, the first without its space. */
-	notes[0] = ' ';
-	cr_assert_eq(tc_peer_cmd(t, notes + 1, 8191, "notes 300000"), 0);
-	for (i = 0; i < n; i++) {
-		snprintf(want, sizeof(want), " %c%u@", prefix, i);
-		for (c = 0, q = notes; (q = strstr(q, want)) != NULL; q++)
-			c++;
-		cr_assert_eq(c, 1, "notification %c%u delivered %u times", prefix,
-			     i, c);
-	}
-	free(notes);
-}
-
-/*
- * A rail cut under submissions that each carry a fence and a notification:
- * the tails caught on the cut rail move to the other, so every request
- * succeeds, every fence lands with its room and every notification
- * arrives exactly once.
- */
-Test(rdma, rail_cut_moves_tails, .timeout = 120, .fini = rails_fini)
-{
-	const unsigned int n = 64;
-	const uint64_t len = MiB / 4;
-	struct kvt_submit_opts o = { .flags = KVT_SUBMIT_FENCE };
-	struct kvt_port_stats st;
-	char note[16];
-	struct kvt_xfer x;
-	struct kvt_batch *b;
-	struct tc_peer t;
-	struct kvt_peer *p;
-	uint8_t *src = malloc(n * len);
-	uint64_t base, ft;
-	unsigned int i;
-
-	rails("mlx5_0,mlx5_1");
-	vd_rail("mlx5_1")->rate_mbps = 16000;	/* 2 GB/s: long enough to cut */
-	vd_rail("mlx5_0")->rate_mbps = 16000;
-	cr_assert_geq(tc_engine_init(OPTS " --kvt-slice 16K"), 0);
-	cr_assert_eq(tc_peer_start(&t, OPTS), 0);
-	cr_assert_not_null(kvt_mem_register(src, n * len, NULL, 0));
-	base = tc_peer_u64(&t, 0, "alloc 0 %" PRIu64 " w", n * len);
-	ft = tc_peer_u64(&t, 0, "fence %u", n);
-	for (i = 0; i < n; i++)
-		cr_assert_eq(tc_peer_u64(&t, 10, "arm %u %u", i, 1000 + i), 0);
-	p = tc_open_peer(&t);
-	tc_fill(src, n * len, 5);
-	b = kvt_batch_alloc(n);
-	for (i = 0; i < n; i++) {
-		x = (struct kvt_xfer){ .op = KVT_OP_WRITE, .local = src + i * len,
-				       .remote = base + i * len, .len = len };
-		o.fence = (struct kvt_fence_ref){ .table = ft, .slot = i,
-						  .room = 1000 + i };
-		o.notify_len = (uint32_t)snprintf(note, sizeof(note), "t%u", i);
-		o.notify = note;
-		cr_assert_geq(kvt_submit(b, p, &x, 1, &o), 0);
-	}
-	cut_when_busy("mlx5_1", b);
-	cr_assert_eq(kvt_wait(b, 30000000), 0);
-	for (i = 0; i < n; i++)
-		cr_assert_eq(kvt_status(b, i), 0, "request %u: %s", i,
-			     strerror(-kvt_status(b, i)));
-	cr_assert_eq(kvt_port_stats((unsigned int)port_of("rdma:mlx5_1"), &st), 0);
-	cr_assert_gt(st.retries, 0, "the cut rail had work in flight");
-	for (i = 0; i < n; i++)
-		cr_assert_eq(tc_peer_u64(&t, 10, "fpoll %u", i), 0,
-			     "fence %u did not land with its room", i);
-	cr_assert_eq(tc_peer_u64(&t, 16, "sum 0 0 %" PRIu64, n * len),
-		     tc_hash(src, n * len));
-	notes_once(&t, 't', n);
-	kvt_batch_free(b);
-	kvt_peer_close(p);
-	tc_peer_stop(&t);
-	kvt_fini();
-	free(src);
-}
-
-/*
- * A notification arrives but its acknowledgement is lost (the queue pair
- * breaks): the initiator sends it again on the other rail, and the target
- * drops the copy, so the receiver sees each message once.
- */
-Test(rdma, lost_ack_notification_once, .timeout = 120, .fini = rails_fini)
-{
-	const unsigned int n = 32;
-	struct kvt_submit_opts o = { 0 };
-	char note[16];
-	struct kvt_xfer x;
-	struct kvt_batch *b;
-	struct tc_peer t;
-	struct kvt_peer *p;
-	uint8_t *src = malloc(n * 4096);
-	uint64_t base;
-	unsigned int i;
-
-	rails("mlx5_0,mlx5_1");
-	base = tc_pair_start(&t, OPTS, src, n * 4096, n * 4096, &p);
-	vd_rail("mlx5_0")->lose_send_ack = 3;
-	vd_rail("mlx5_1")->lose_send_ack = 3;
-	b = kvt_batch_alloc(n);
-	for (i = 0; i < n; i++) {
-		x = (struct kvt_xfer){ .op = KVT_OP_WRITE, .local = src + i * 4096,
-				       .remote = base + i * 4096, .len = 4096 };
-		o.notify_len = (uint32_t)snprintf(note, sizeof(note), "m%u", i);
-		o.notify = note;
-		cr_assert_geq(kvt_submit(b, p, &x, 1, &o), 0);
-	}
-	cr_assert_eq(kvt_wait(b, 30000000), 0);
-	for (i = 0; i < n; i++)
-		cr_assert_eq(kvt_status(b, i), 0, "request %u: %s", i,
-			     strerror(-kvt_status(b, i)));
-	cr_assert_eq(vd_rail("mlx5_0")->lose_send_ack +
-		     vd_rail("mlx5_1")->lose_send_ack, 0,
-		     "a lost acknowledgement was not staged");
-	notes_once(&t, 'm', n);
-	kvt_batch_free(b);
-	kvt_peer_close(p);
-	tc_peer_stop(&t);
-	kvt_fini();
-	free(src);
-}
-
-/* One request fails on the wire (the queue pair breaks): its slice moves,
- * nothing is lost, the pair is re-armed. */
-Test(rdma, single_error_recovers, .timeout = 120, .fini = rails_fini)
-{
-	struct tc_peer t;
-	struct kvt_peer *p;
-	uint8_t *src = malloc(32 * MiB);
-	uint64_t base;
-	unsigned int r;
-
-	rails("mlx5_0,mlx5_1");
-	base = tc_pair_start(&t, OPTS, src, 32 * MiB, 32 * MiB, &p);
-	for (r = 0; r < 20; r++) {
-		if (r == 2)
-			vd_rail("mlx5_0")->fail_after = 7;
-		tc_fill(src, 32 * MiB, r);
-		cr_assert_eq(write_blocks(p, src, base, 32, MiB, 30000000), 0,
-			     "round %u", r);
-		cr_assert_eq(tc_peer_u64(&t, 16, "sum 0 0 %" PRIu64, 32 * MiB),
-			     tc_hash(src, 32 * MiB), "round %u", r);
-	}
-	kvt_peer_close(p);
-	tc_peer_stop(&t);
-	kvt_fini();
-	free(src);
-}
-
-/* Every rail down: requests fail within the timeout, nothing hangs. */
-Test(rdma, all_rails_down, .timeout = 120, .fini = rails_fini)
-{
-	struct tc_peer t;
-	struct kvt_peer *p;
-	uint8_t *src = malloc(8 * MiB);
-	uint64_t base, t0, el;
-	int ret;
-
-	rails("mlx5_0,mlx5_1");
-	base = tc_pair_start(&t, OPTS, src, 8 * MiB, 8 * MiB, &p);
-	cr_assert_eq(write_blocks(p, src, base, 8, MiB, 30000000), 0);
-	vd_rail("mlx5_0")->down = 1;
-	vd_rail("mlx5_1")->down = 1;
-	t0 = tc_now_us();
-	ret = write_blocks(p, src, base, 8, MiB, 10000000);
-	el = tc_now_us() - t0;
-	cr_assert(ret == -ETIMEDOUT || ret == -ECONNRESET || ret == -EIO,
-		  "status %d (%s)", ret, strerror(-ret));
-	cr_assert_lt(el, 3000000, "failed after %" PRIu64 " ms", el / 1000);
-	cr_log_info("all rails down: failed in %" PRIu64 " ms (%s)", el / 1000,
-		    strerror(-ret));
-	kvt_peer_close(p);
-	tc_peer_stop(&t);
-	kvt_fini();
-	free(src);
-}
-
-/* The peer dies mid-batch: its requests fail within the timeout, and the
- * engine keeps serving a new peer. */
-Test(rdma, peer_killed, .timeout = 120, .fini = rails_fini)
-{
-	const unsigned int n = 512;
-	struct kvt_xfer *x = calloc(n, sizeof(*x));
-	struct kvt_batch *b;
-	struct tc_peer t;
-	struct kvt_peer *p;
-	uint8_t *src = malloc(MiB);
-	uint64_t base, t0;
-	unsigned int i, failed = 0;
-	int st;
-
-	rails("mlx5_0,mlx5_1");
-	vd_rail("mlx5_0")->rate_mbps = 8000;
-	vd_rail("mlx5_1")->rate_mbps = 8000;
-	base = tc_pair_start(&t, OPTS, src, MiB, (uint64_t)n * MiB, &p);
-	for (i = 0; i < n; i++)
-		x[i] = (struct kvt_xfer){ .op = KVT_OP_WRITE, .local = src,
-					  .remote = base + (uint64_t)i * MiB,
-					  .len = MiB };
-	b = kvt_batch_alloc(n);
-	cr_assert_geq(kvt_submit(b, p, x, n, NULL), 0);
-	usleep(20000);
-	t0 = tc_now_us();
-	tc_peer_kill(&t);
-	cr_assert_eq(kvt_wait(b, 10000000), 0, "the batch hung");
-	cr_assert_lt(tc_now_us() - t0, 3000000);
-	for (i = 0; i < n; i++) {
-		st = kvt_status(b, i);
-		cr_assert(st == 0 || st == -ECONNRESET || st == -ETIMEDOUT ||
-			  st == -EIO, "request %u: %d", i, st);
-		failed += st != 0;
-	}
-	cr_assert_gt(failed, 0);
-	kvt_batch_free(b);
-	kvt_peer_close(p);
-	vd_rail("mlx5_0")->rate_mbps = 0;
-	vd_rail("mlx5_1")->rate_mbps = 0;
-	cr_assert_eq(tc_peer_start(&t, OPTS), 0);
-	base = tc_peer_u64(&t, 0, "alloc 0 %" PRIu64 " w", MiB);
-	p = tc_open_peer(&t);
-	tc_fill(src, MiB, 3);
-	cr_assert_eq(tc_xfer1(p, KVT_OP_WRITE, src, base, MiB, NULL, 30000000), 0);
-	cr_assert_eq(tc_peer_u64(&t, 16, "sum 0 0 %" PRIu64, MiB), tc_hash(src, MiB));
-	kvt_peer_close(p);
-	tc_peer_stop(&t);
-	kvt_fini();
-	free(src);
-	free(x);
 }

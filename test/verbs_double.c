@@ -27,18 +27,10 @@
 
 #include <infiniband/verbs.h>
 
-#include "verbs_double.h"
-
-#define VD_MIN(a, b) ((uint64_t)(a) < (uint64_t)(b) ? (uint64_t)(a) : (uint64_t)(b))
+#include "verbs_double_impl.h"
 
 #undef ibv_reg_mr
 #undef ibv_query_port
-
-#define VD_MAX_DEVS 8
-#define VD_MAX_MRS 1024
-#define VD_MAX_QPS 1024
-#define VD_RQ 64
-#define VD_INLINE 256
 
 /*
  * Device limits, enforced the way a device does: a CQ, QP or MR past a
@@ -51,9 +43,6 @@
  * and KVT_VDOUBLE_LIMITS="cqe=N,qp_wr=N,sge=N,inline=N,mr=N,rd_atom=N,
  * init_rd_atom=N,msg=N,mtu=N" (mtu: enum ibv_mtu) overrides any of them.
  */
-struct vd_limits {
-	uint64_t cqe, qp_wr, sge, inl, mr, rd_atom, init_rd_atom, msg, mtu;
-};
 
 static const struct vd_limits vd_rxe = {
 	.cqe = 32767, .qp_wr = 1048576, .sge = 32, .inl = 256,
@@ -69,8 +58,8 @@ static const struct vd_limits vd_cx7 = {
 static struct vd_limits lim;
 static int lim_ready;
 
-static const struct vd_limits *
-limits(void)
+const struct vd_limits *
+vd_limits(void)
 {
 	static const char *const keys[] = { "cqe", "qp_wr", "sge", "inline",
 		"mr", "rd_atom", "init_rd_atom", "msg", "mtu" };
@@ -101,91 +90,12 @@ limits(void)
 	return &lim;
 }
 
-/* Responder state of one queue pair, in the shared table. */
-struct vd_rqp {
-	uint32_t used;
-	uint32_t state;		/* enum ibv_qp_state */
-	uint32_t rq_psn;	/* next PSN it accepts */
-	uint32_t rq_head;	/* posted receives: [head, tail) */
-	uint32_t rq_tail;
-	struct {
-		uint64_t wr_id;
-		uint64_t addr;
-		uint32_t len;
-	} rq[VD_RQ];
-	uint32_t rc_head;	/* receive completions: [head, tail) */
-	uint32_t rc_tail;
-	struct {
-		uint64_t wr_id;
-		uint32_t len;
-		uint32_t status;
-		uint32_t imm;	/* network order, as the wire has it */
-		uint32_t with_imm;
-	} rc[VD_RQ];
-};
-
-struct vd_rmr {
-	uint32_t key;		/* 0: free */
-	uint32_t access;
-	uint64_t addr;
-	uint64_t len;
-	uint32_t busy;		/* requesters moving bytes under the key */
-};
-
-struct vd_table {
-	struct vd_rmr mr[VD_MAX_MRS];
-	struct vd_rqp qp[VD_MAX_QPS];
-};
-
-struct vd_swr {
-	uint64_t wr_id;
-	uint32_t opcode;
-	uint32_t flags;
-	uint64_t local;
-	uint32_t len;
-	uint64_t remote;
-	uint32_t rkey;
-	uint32_t imm;
-	uint64_t posted_ns;
-	uint8_t inl[VD_INLINE];
-};
-
-struct vd_cq {
-	struct ibv_cq cq;
-	struct ibv_wc *wc;
-	unsigned int size, head, n;
-};
-
-struct vd_dev;
-
-struct vd_qp {
-	struct ibv_qp qp;
-	struct vd_dev *dev;
-	unsigned int idx;
-	uint32_t sq_psn;
-	uint32_t dest_qpn;
-	pid_t peer;
-	unsigned int max_send;
-	struct vd_swr *sq;
-	unsigned int sq_head, sq_n;
-	struct vd_qp *next;
-};
-
-struct vd_dev {
-	struct ibv_device dev;
-	struct ibv_context ctx;
-	struct vd_rail *rail;
-	unsigned int index;
-	uint32_t seen_down;
-	uint64_t budget_ns;	/* rate limiting: when the rail is free */
-	struct vd_qp *qps;
-};
-
-static pthread_mutex_t vd_lock = PTHREAD_MUTEX_INITIALIZER;
+pthread_mutex_t vd_lock = PTHREAD_MUTEX_INITIALIZER;
+struct vd_data_ops vd_data_ops;
 static struct vd_dev devs[VD_MAX_DEVS];
 static struct ibv_device *dev_list[VD_MAX_DEVS + 1];
 static unsigned int ndevs;
-static struct vd_table *mine;
+struct vd_table *vd_mine;
 static pid_t mine_pid;	/* the process that mapped it */
 static uint32_t key_gen;
 static struct {
@@ -194,8 +104,8 @@ static struct {
 	uint64_t seen_ns;	/* alive at this time */
 } peers[64];
 
-static uint64_t
-now_ns(void)
+uint64_t
+vd_now_ns(void)
 {
 	struct timespec ts;
 
@@ -255,28 +165,28 @@ table_mine(void)
 {
 	char f[64];
 
-	if (mine == NULL) {
+	if (vd_mine == NULL) {
 		mine_pid = getpid();
 		snprintf(f, sizeof(f), "proc-%d", (int)mine_pid);
-		mine = map_file(f, sizeof(*mine), 1);
-		if (mine != NULL)
+		vd_mine = map_file(f, sizeof(*vd_mine), 1);
+		if (vd_mine != NULL)
 			atexit(unlink_table);
 	}
-	return mine;
+	return vd_mine;
 }
 
 /* The table of a live process, or NULL when it is gone. */
-static struct vd_table *
-table_of(pid_t pid)
+struct vd_table *
+vd_table_of(pid_t pid)
 {
 	char f[64];
 	unsigned int i;
 
 	uint64_t now;
 
-	if (mine != NULL ? pid == mine_pid : pid == getpid())
+	if (vd_mine != NULL ? pid == mine_pid : pid == getpid())
 		return table_mine();
-	now = now_ns();
+	now = vd_now_ns();
 	for (i = 0; i < 64 && peers[i].pid != 0; i++)
 		if (peers[i].pid == pid)
 			break;
@@ -348,11 +258,6 @@ ibv_get_device_name(struct ibv_device *device)
 	return device->name;
 }
 
-static int vd_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc);
-static int vd_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr,
-			struct ibv_send_wr **bad);
-static int vd_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr,
-			struct ibv_recv_wr **bad);
 
 struct ibv_context *
 ibv_open_device(struct ibv_device *device)
@@ -367,9 +272,9 @@ ibv_open_device(struct ibv_device *device)
 		return NULL;
 	}
 	d->ctx.device = device;
-	d->ctx.ops.poll_cq = vd_poll_cq;
-	d->ctx.ops.post_send = vd_post_send;
-	d->ctx.ops.post_recv = vd_post_recv;
+	d->ctx.ops.poll_cq = vd_data_ops.poll_cq;
+	d->ctx.ops.post_send = vd_data_ops.post_send;
+	d->ctx.ops.post_recv = vd_data_ops.post_recv;
 	d->ctx.async_fd = eventfd(0, EFD_CLOEXEC);
 	d->ctx.abi_compat = NULL;
 	d->seen_down = d->rail->down;
@@ -388,12 +293,12 @@ ibv_query_device(struct ibv_context *ctx, struct ibv_device_attr *a)
 {
 	(void)ctx;
 	memset(a, 0, sizeof(*a));
-	a->max_mr_size = limits()->mr;
-	a->max_qp_wr = (int)limits()->qp_wr;
-	a->max_sge = (int)limits()->sge;
-	a->max_qp_rd_atom = (int)limits()->rd_atom;
-	a->max_qp_init_rd_atom = (int)limits()->init_rd_atom;
-	a->max_cqe = (int)limits()->cqe;
+	a->max_mr_size = vd_limits()->mr;
+	a->max_qp_wr = (int)vd_limits()->qp_wr;
+	a->max_sge = (int)vd_limits()->sge;
+	a->max_qp_rd_atom = (int)vd_limits()->rd_atom;
+	a->max_qp_init_rd_atom = (int)vd_limits()->init_rd_atom;
+	a->max_cqe = (int)vd_limits()->cqe;
 	a->max_qp = VD_MAX_QPS;
 	return 0;
 }
@@ -408,9 +313,9 @@ ibv_query_port(struct ibv_context *ctx, uint8_t port,
 	if (port != 1)
 		return EINVAL;
 	a->state = d->rail->down ? IBV_PORT_DOWN : IBV_PORT_ACTIVE;
-	a->active_mtu = (enum ibv_mtu)limits()->mtu;
-	a->max_mtu = (enum ibv_mtu)limits()->mtu;
-	a->max_msg_sz = (uint32_t)VD_MIN(limits()->msg, UINT32_MAX);
+	a->active_mtu = (enum ibv_mtu)vd_limits()->mtu;
+	a->max_mtu = (enum ibv_mtu)vd_limits()->mtu;
+	a->max_msg_sz = (uint32_t)VD_MIN(vd_limits()->msg, UINT32_MAX);
 	a->lid = 0;
 	a->link_layer = IBV_LINK_LAYER_ETHERNET;
 	return 0;
@@ -491,12 +396,12 @@ ibv_reg_mr_iova2(struct ibv_pd *pd, void *addr, size_t len, uint64_t iova,
 	unsigned int i;
 
 	(void)iova;
-	if (len > limits()->mr) {
+	if (len > vd_limits()->mr) {
 		errno = EINVAL;
 		return NULL;
 	}
 	pthread_mutex_lock(&vd_lock);
-	for (i = 0; i < VD_MAX_MRS && mine->mr[i].key != 0; i++)
+	for (i = 0; i < VD_MAX_MRS && vd_mine->mr[i].key != 0; i++)
 		;
 	if (i == VD_MAX_MRS || (mr = calloc(1, sizeof(*mr))) == NULL) {
 		pthread_mutex_unlock(&vd_lock);
@@ -509,10 +414,10 @@ ibv_reg_mr_iova2(struct ibv_pd *pd, void *addr, size_t len, uint64_t iova,
 	mr->addr = addr;
 	mr->length = len;
 	mr->lkey = mr->rkey = (i + 1) | (key_gen << 20);
-	mine->mr[i].access = access;
-	mine->mr[i].addr = (uint64_t)(uintptr_t)addr;
-	mine->mr[i].len = len;
-	__atomic_store_n(&mine->mr[i].key, mr->rkey, __ATOMIC_RELEASE);
+	vd_mine->mr[i].access = access;
+	vd_mine->mr[i].addr = (uint64_t)(uintptr_t)addr;
+	vd_mine->mr[i].len = len;
+	__atomic_store_n(&vd_mine->mr[i].key, mr->rkey, __ATOMIC_RELEASE);
 	pthread_mutex_unlock(&vd_lock);
 	return mr;
 }
@@ -539,11 +444,11 @@ ibv_dereg_mr(struct ibv_mr *mr)
 	unsigned int i = (mr->lkey & 0xfffff) - 1;
 
 	pthread_mutex_lock(&vd_lock);
-	__atomic_store_n(&mine->mr[i].key, 0, __ATOMIC_SEQ_CST);
+	__atomic_store_n(&vd_mine->mr[i].key, 0, __ATOMIC_SEQ_CST);
 	pthread_mutex_unlock(&vd_lock);
 	/* As a NIC does: once deregistration returns, no access under the
 	 * key touches the memory; those already moving bytes finish first. */
-	while (__atomic_load_n(&mine->mr[i].busy, __ATOMIC_SEQ_CST) != 0)
+	while (__atomic_load_n(&vd_mine->mr[i].busy, __ATOMIC_SEQ_CST) != 0)
 		sched_yield();
 	free(mr);
 	return 0;
@@ -551,13 +456,13 @@ ibv_dereg_mr(struct ibv_mr *mr)
 
 /*
  * Enter the region of table t holding [addr, addr+len) under key with
- * access, to move bytes there until mr_leave(): @return it, or NULL.
+ * access, to move bytes there until vd_mr_leave(): @return it, or NULL.
  * Entered before the key is checked, so a deregistration that cleared
  * the key waits for those who saw it (ibv_dereg_mr).
  */
-static struct vd_rmr *
-mr_enter(struct vd_table *t, uint32_t key, uint64_t addr, uint64_t len,
-	 unsigned int access)
+struct vd_rmr *
+vd_mr_enter(struct vd_table *t, uint32_t key, uint64_t addr, uint64_t len,
+	    unsigned int access)
 {
 	unsigned int i = (key & 0xfffff) - 1;
 	struct vd_rmr *m;
@@ -574,8 +479,8 @@ mr_enter(struct vd_table *t, uint32_t key, uint64_t addr, uint64_t len,
 	return NULL;
 }
 
-static void
-mr_leave(struct vd_rmr *m)
+void
+vd_mr_leave(struct vd_rmr *m)
 {
 	__atomic_fetch_sub(&m->busy, 1, __ATOMIC_SEQ_CST);
 }
@@ -611,7 +516,7 @@ ibv_create_cq(struct ibv_context *ctx, int cqe, void *cq_context,
 	(void)cq_context; (void)channel; (void)comp_vector;
 	if (c == NULL)
 		return NULL;
-	if (cqe < 1 || (uint64_t)cqe > limits()->cqe) {
+	if (cqe < 1 || (uint64_t)cqe > vd_limits()->cqe) {
 		free(c);
 		errno = EINVAL;
 		return NULL;
@@ -637,9 +542,9 @@ ibv_destroy_cq(struct ibv_cq *cq)
 	return 0;
 }
 
-static struct ibv_wc *
-cq_push(struct ibv_cq *cq, uint64_t wr_id, enum ibv_wc_status st,
-	enum ibv_wc_opcode op, uint32_t len, uint32_t qpn)
+struct ibv_wc *
+vd_cq_push(struct ibv_cq *cq, uint64_t wr_id, enum ibv_wc_status st,
+	   enum ibv_wc_opcode op, uint32_t len, uint32_t qpn)
 {
 	struct vd_cq *c = (struct vd_cq *)cq;
 	struct ibv_wc *w;
@@ -660,10 +565,10 @@ cq_push(struct ibv_cq *cq, uint64_t wr_id, enum ibv_wc_status st,
 
 /* ---- queue pairs ---- */
 
-static struct vd_rqp *
-rqp_mine(const struct vd_qp *q)
+struct vd_rqp *
+vd_rqp_mine(const struct vd_qp *q)
 {
-	return &mine->qp[q->idx];
+	return &vd_mine->qp[q->idx];
 }
 
 struct ibv_qp *
@@ -674,16 +579,16 @@ ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *ia)
 	unsigned int i;
 
 	if (ia->qp_type != IBV_QPT_RC ||
-	    ia->cap.max_inline_data > VD_MIN(limits()->inl, VD_INLINE) ||
-	    ia->cap.max_send_wr > limits()->qp_wr ||
-	    ia->cap.max_recv_wr > limits()->qp_wr ||
-	    ia->cap.max_send_sge > limits()->sge ||
-	    ia->cap.max_recv_sge > limits()->sge || ia->cap.max_send_wr == 0) {
+	    ia->cap.max_inline_data > VD_MIN(vd_limits()->inl, VD_INLINE) ||
+	    ia->cap.max_send_wr > vd_limits()->qp_wr ||
+	    ia->cap.max_recv_wr > vd_limits()->qp_wr ||
+	    ia->cap.max_send_sge > vd_limits()->sge ||
+	    ia->cap.max_recv_sge > vd_limits()->sge || ia->cap.max_send_wr == 0) {
 		errno = EINVAL;
 		return NULL;
 	}
 	pthread_mutex_lock(&vd_lock);
-	for (i = 0; i < VD_MAX_QPS && mine->qp[i].used; i++)
+	for (i = 0; i < VD_MAX_QPS && vd_mine->qp[i].used; i++)
 		;
 	q = i < VD_MAX_QPS ? calloc(1, sizeof(*q)) : NULL;
 	if (q != NULL)
@@ -695,9 +600,9 @@ ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *ia)
 		errno = ENOMEM;
 		return NULL;
 	}
-	memset(&mine->qp[i], 0, sizeof(mine->qp[i]));
-	mine->qp[i].used = 1;
-	mine->qp[i].state = IBV_QPS_RESET;
+	memset(&vd_mine->qp[i], 0, sizeof(vd_mine->qp[i]));
+	vd_mine->qp[i].used = 1;
+	vd_mine->qp[i].state = IBV_QPS_RESET;
 	q->idx = i;
 	q->dev = d;
 	q->max_send = ia->cap.max_send_wr;
@@ -716,10 +621,10 @@ ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *ia)
 
 /* Error state: flush the send queue (signalled requests complete with a
  * flush error) and the posted receives. */
-static void
-qp_flush(struct vd_qp *q)
+void
+vd_qp_flush(struct vd_qp *q)
 {
-	struct vd_rqp *r = rqp_mine(q);
+	struct vd_rqp *r = vd_rqp_mine(q);
 	struct vd_swr *w;
 
 	while (q->sq_n > 0) {
@@ -727,21 +632,21 @@ qp_flush(struct vd_qp *q)
 		q->sq_head = (q->sq_head + 1) % q->max_send;
 		q->sq_n--;
 		if (w->flags & IBV_SEND_SIGNALED)
-			cq_push(q->qp.send_cq, w->wr_id, IBV_WC_WR_FLUSH_ERR,
+			vd_cq_push(q->qp.send_cq, w->wr_id, IBV_WC_WR_FLUSH_ERR,
 				IBV_WC_SEND, 0, q->qp.qp_num);
 	}
 	while (r->rq_head != r->rq_tail) {
-		cq_push(q->qp.recv_cq, r->rq[r->rq_head % VD_RQ].wr_id,
+		vd_cq_push(q->qp.recv_cq, r->rq[r->rq_head % VD_RQ].wr_id,
 			IBV_WC_WR_FLUSH_ERR, IBV_WC_RECV, 0, q->qp.qp_num);
 		r->rq_head++;
 	}
 }
 
-static void
-qp_set_state(struct vd_qp *q, enum ibv_qp_state s)
+void
+vd_qp_set_state(struct vd_qp *q, enum ibv_qp_state s)
 {
 	q->qp.state = s;
-	__atomic_store_n(&rqp_mine(q)->state, (uint32_t)s, __ATOMIC_RELEASE);
+	__atomic_store_n(&vd_rqp_mine(q)->state, (uint32_t)s, __ATOMIC_RELEASE);
 }
 
 int
@@ -753,7 +658,7 @@ ibv_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *a, int mask)
 	int ret = 0;
 
 	pthread_mutex_lock(&vd_lock);
-	r = rqp_mine(q);
+	r = vd_rqp_mine(q);
 	if (!(mask & IBV_QP_STATE)) {
 		ret = EINVAL;
 		goto out;
@@ -763,7 +668,7 @@ ibv_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *a, int mask)
 		q->sq_n = 0;
 		r->rq_head = r->rq_tail = 0;
 		r->rc_head = r->rc_tail = 0;
-		qp_set_state(q, IBV_QPS_RESET);
+		vd_qp_set_state(q, IBV_QPS_RESET);
 		break;
 	case IBV_QPS_INIT:
 		if (qp->state != IBV_QPS_RESET ||
@@ -772,16 +677,16 @@ ibv_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *a, int mask)
 			ret = EINVAL;
 			break;
 		}
-		qp_set_state(q, IBV_QPS_INIT);
+		vd_qp_set_state(q, IBV_QPS_INIT);
 		break;
 	case IBV_QPS_RTR:
 		if (qp->state != IBV_QPS_INIT || !(mask & IBV_QP_AV) ||
 		    !(mask & IBV_QP_DEST_QPN) || !(mask & IBV_QP_RQ_PSN) ||
 		    !a->ah_attr.is_global || a->dest_qp_num == 0 ||
 		    a->dest_qp_num > VD_MAX_QPS ||
-		    ((mask & IBV_QP_PATH_MTU) && a->path_mtu > limits()->mtu) ||
+		    ((mask & IBV_QP_PATH_MTU) && a->path_mtu > vd_limits()->mtu) ||
 		    ((mask & IBV_QP_MAX_DEST_RD_ATOMIC) &&
-		     a->max_dest_rd_atomic > limits()->rd_atom)) {
+		     a->max_dest_rd_atomic > vd_limits()->rd_atom)) {
 			ret = EINVAL;
 			break;
 		}
@@ -789,21 +694,21 @@ ibv_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *a, int mask)
 		q->peer = (pid_t)pid;
 		q->dest_qpn = a->dest_qp_num;
 		r->rq_psn = a->rq_psn & 0xffffff;
-		qp_set_state(q, IBV_QPS_RTR);
+		vd_qp_set_state(q, IBV_QPS_RTR);
 		break;
 	case IBV_QPS_RTS:
 		if (qp->state != IBV_QPS_RTR || !(mask & IBV_QP_SQ_PSN) ||
 		    ((mask & IBV_QP_MAX_QP_RD_ATOMIC) &&
-		     a->max_rd_atomic > limits()->init_rd_atom)) {
+		     a->max_rd_atomic > vd_limits()->init_rd_atom)) {
 			ret = EINVAL;
 			break;
 		}
 		q->sq_psn = a->sq_psn & 0xffffff;
-		qp_set_state(q, IBV_QPS_RTS);
+		vd_qp_set_state(q, IBV_QPS_RTS);
 		break;
 	case IBV_QPS_ERR:
-		qp_set_state(q, IBV_QPS_ERR);
-		qp_flush(q);
+		vd_qp_set_state(q, IBV_QPS_ERR);
+		vd_qp_flush(q);
 		break;
 	default:
 		ret = EINVAL;
@@ -826,293 +731,10 @@ ibv_destroy_qp(struct ibv_qp *qp)
 			break;
 		}
 	}
-	memset(rqp_mine(q), 0, sizeof(struct vd_rqp));
+	memset(vd_rqp_mine(q), 0, sizeof(struct vd_rqp));
 	pthread_mutex_unlock(&vd_lock);
 	free(q->sq);
 	free(q);
 	return 0;
 }
 
-static int
-vd_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad)
-{
-	struct vd_qp *q = (struct vd_qp *)qp;
-	struct vd_rmr *lm;
-	struct vd_swr *w;
-	int ret = 0;
-
-	pthread_mutex_lock(&vd_lock);
-	for (; wr != NULL; wr = wr->next) {
-		if ((qp->state != IBV_QPS_RTS && qp->state != IBV_QPS_ERR) ||
-		    q->sq_n == q->max_send || wr->num_sge != 1 ||
-		    ((wr->send_flags & IBV_SEND_INLINE) &&
-		     wr->sg_list[0].length > VD_MIN(limits()->inl, VD_INLINE)) ||
-		    wr->sg_list[0].length > limits()->msg) {
-			ret = qp->state != IBV_QPS_RTS ? EINVAL : ENOMEM;
-			break;
-		}
-		if (!(wr->send_flags & IBV_SEND_INLINE)) {
-			lm = mr_enter(mine, wr->sg_list[0].lkey,
-				      wr->sg_list[0].addr, wr->sg_list[0].length, 0);
-			if (lm == NULL) {
-				ret = EINVAL;
-				break;
-			}
-			mr_leave(lm);
-		}
-		w = &q->sq[(q->sq_head + q->sq_n++) % q->max_send];
-		w->wr_id = wr->wr_id;
-		w->opcode = wr->opcode;
-		w->flags = wr->send_flags;
-		w->local = wr->sg_list[0].addr;
-		w->len = wr->sg_list[0].length;
-		w->remote = wr->wr.rdma.remote_addr;
-		w->rkey = wr->wr.rdma.rkey;
-		w->imm = wr->imm_data;
-		w->posted_ns = now_ns();
-		if (wr->send_flags & IBV_SEND_INLINE)
-			memcpy(w->inl, (void *)(uintptr_t)w->local, w->len);
-		if (qp->state == IBV_QPS_ERR)
-			qp_flush(q);
-	}
-	pthread_mutex_unlock(&vd_lock);
-	if (ret != 0)
-		*bad = wr;
-	return ret;
-}
-
-static int
-vd_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad)
-{
-	struct vd_qp *q = (struct vd_qp *)qp;
-	struct vd_rqp *r;
-	int ret = 0;
-
-	pthread_mutex_lock(&vd_lock);
-	r = rqp_mine(q);
-	for (; wr != NULL; wr = wr->next) {
-		if (qp->state == IBV_QPS_RESET || wr->num_sge != 1 ||
-		    r->rq_tail - r->rq_head == VD_RQ) {
-			ret = EINVAL;
-			break;
-		}
-		r->rq[r->rq_tail % VD_RQ].wr_id = wr->wr_id;
-		r->rq[r->rq_tail % VD_RQ].addr = wr->sg_list[0].addr;
-		r->rq[r->rq_tail % VD_RQ].len = wr->sg_list[0].length;
-		__atomic_store_n(&r->rq_tail, r->rq_tail + 1, __ATOMIC_RELEASE);
-	}
-	pthread_mutex_unlock(&vd_lock);
-	if (ret != 0)
-		*bad = wr;
-	return ret;
-}
-
-/* ---- execution (requester side, when its completion queue is polled) */
-
-/*
- * KVT_VDOUBLE_NOCOPY=1: every request completes as it would, but no byte
- * moves, so what remains is kvt's posting and completion cost (work
- * requests per second per lcore; scripts/bench-requests, transport
- * "vdouble").
- */
-static int vd_nocopy;
-
-__attribute__((constructor)) static void
-vd_nocopy_read(void)
-{
-	const char *v = getenv("KVT_VDOUBLE_NOCOPY");
-
-	vd_nocopy = v != NULL && strcmp(v, "1") == 0;
-}
-
-enum { DONE, WAIT, FAIL_RETRY, FAIL_ACCESS };
-
-static int
-move(pid_t pid, int write, uint64_t local, uint64_t remote, uint32_t len,
-     const uint8_t *inl)
-{
-	struct iovec l = { .iov_base = (void *)(uintptr_t)local, .iov_len = len };
-	struct iovec r = { .iov_base = (void *)(uintptr_t)remote, .iov_len = len };
-	ssize_t n;
-
-	if (len == 0 || vd_nocopy)
-		return 0;
-	if (inl != NULL)
-		l.iov_base = (void *)(uintptr_t)inl;
-	n = write ? process_vm_writev(pid, &l, 1, &r, 1, 0) :
-		process_vm_readv(pid, &l, 1, &r, 1, 0);
-	return n == (ssize_t)len ? 0 : -1;
-}
-
-/* A process that died (or is dying: no memory left to copy to) answers
- * nothing; the requester times out. */
-static int
-gone(pid_t pid)
-{
-	return errno == ESRCH || (kill(pid, 0) != 0 && errno == ESRCH);
-}
-
-/* Run the oldest request of q; enum above. */
-static int
-execute(struct vd_qp *q, struct vd_swr *w, uint64_t now)
-{
-	struct vd_rail *rail = q->dev->rail;
-	struct vd_table *t = table_of(q->peer);
-	struct vd_rqp *r;
-	struct vd_rmr *m;
-	uint32_t n, slot;
-	int moved;
-	int timed_out = now - w->posted_ns > rail->retry_ms * 1000000ull;
-
-	/* No acknowledgement comes: retried until the retry count runs out. */
-	r = t != NULL && q->dest_qpn >= 1 ? &t->qp[q->dest_qpn - 1] : NULL;
-	if (__atomic_load_n(&rail->down, __ATOMIC_ACQUIRE) || r == NULL ||
-	    !r->used || __atomic_load_n(&r->state, __ATOMIC_ACQUIRE) < IBV_QPS_RTR ||
-	    __atomic_load_n(&r->state, __ATOMIC_ACQUIRE) == IBV_QPS_ERR ||
-	    r->rq_psn != q->sq_psn)
-		return timed_out ? FAIL_RETRY : WAIT;
-	if (rail->fail_after != 0 &&
-	    __atomic_sub_fetch(&rail->fail_after, 1, __ATOMIC_ACQ_REL) == 0)
-		return FAIL_RETRY;
-	if (rail->rate_mbps != 0) {
-		if (q->dev->budget_ns > now + 1000000)
-			return WAIT;
-		q->dev->budget_ns = (q->dev->budget_ns > now ? q->dev->budget_ns : now) +
-			(uint64_t)w->len * 8000 / rail->rate_mbps;
-	}
-	switch (w->opcode) {
-	case IBV_WR_RDMA_WRITE:
-	case IBV_WR_RDMA_READ:
-		m = mr_enter(t, w->rkey, w->remote, w->len,
-			     w->opcode == IBV_WR_RDMA_WRITE ?
-			     IBV_ACCESS_REMOTE_WRITE : IBV_ACCESS_REMOTE_READ);
-		moved = m != NULL &&
-			move(q->peer, w->opcode == IBV_WR_RDMA_WRITE, w->local,
-			     w->remote, w->len,
-			     (w->flags & IBV_SEND_INLINE) ? w->inl : NULL) == 0;
-		if (m != NULL)
-			mr_leave(m);
-		if (!moved)
-			return gone(q->peer) ? (timed_out ? FAIL_RETRY : WAIT) :
-				FAIL_ACCESS;
-		break;
-	case IBV_WR_SEND:
-	case IBV_WR_SEND_WITH_IMM:
-		if (r->rq_head == __atomic_load_n(&r->rq_tail, __ATOMIC_ACQUIRE))
-			return WAIT;	/* receiver not ready: retried */
-		slot = r->rq_head % VD_RQ;
-		if (r->rq[slot].len < w->len ||
-		    move(q->peer, 1, w->local, r->rq[slot].addr, w->len,
-			 (w->flags & IBV_SEND_INLINE) ? w->inl : NULL) < 0)
-			return gone(q->peer) ? (timed_out ? FAIL_RETRY : WAIT) :
-				FAIL_ACCESS;
-		n = r->rc_tail % VD_RQ;
-		r->rc[n].wr_id = r->rq[slot].wr_id;
-		r->rc[n].len = w->len;
-		r->rc[n].status = IBV_WC_SUCCESS;
-		r->rc[n].imm = w->imm;
-		r->rc[n].with_imm = w->opcode == IBV_WR_SEND_WITH_IMM;
-		r->rq_head++;
-		__atomic_store_n(&r->rc_tail, r->rc_tail + 1, __ATOMIC_RELEASE);
-		if (rail->lose_send_ack != 0 &&
-		    __atomic_sub_fetch(&rail->lose_send_ack, 1, __ATOMIC_ACQ_REL) == 0)
-			return FAIL_RETRY;
-		break;
-	default:
-		return FAIL_ACCESS;
-	}
-	r->rq_psn = (r->rq_psn + 1) & 0xffffff;
-	q->sq_psn = (q->sq_psn + 1) & 0xffffff;
-	__atomic_fetch_add(&rail->bytes, w->len, __ATOMIC_RELAXED);
-	__atomic_fetch_add(&rail->requests, 1, __ATOMIC_RELAXED);
-	return DONE;
-}
-
-static void
-progress(struct vd_qp *q, uint64_t now)
-{
-	struct vd_rqp *peer;
-	struct vd_table *t;
-	struct vd_swr *w;
-	int st;
-
-	while (q->qp.state == IBV_QPS_RTS && q->sq_n > 0) {
-		w = &q->sq[q->sq_head];
-		st = execute(q, w, now);
-		if (st == WAIT)
-			return;
-		q->sq_head = (q->sq_head + 1) % q->max_send;
-		q->sq_n--;
-		if (st == DONE) {
-			if (w->flags & IBV_SEND_SIGNALED)
-				cq_push(q->qp.send_cq, w->wr_id, IBV_WC_SUCCESS,
-					w->opcode == IBV_WR_RDMA_READ ?
-					IBV_WC_RDMA_READ : IBV_WC_RDMA_WRITE,
-					w->len, q->qp.qp_num);
-			continue;
-		}
-		/* An error completes whether signalled or not, and takes
-		 * the queue pair (and for an access error its responder)
-		 * to the error state. */
-		cq_push(q->qp.send_cq, w->wr_id, st == FAIL_RETRY ?
-			IBV_WC_RETRY_EXC_ERR : IBV_WC_REM_ACCESS_ERR,
-			IBV_WC_SEND, 0, q->qp.qp_num);
-		if (st == FAIL_ACCESS && (t = table_of(q->peer)) != NULL) {
-			peer = &t->qp[q->dest_qpn - 1];
-			__atomic_store_n(&peer->state, IBV_QPS_ERR, __ATOMIC_RELEASE);
-		}
-		qp_set_state(q, IBV_QPS_ERR);
-		qp_flush(q);
-	}
-}
-
-/* Receive completions the requesters left in our table. */
-static void
-harvest(struct vd_qp *q)
-{
-	struct vd_rqp *r = rqp_mine(q);
-	struct ibv_wc *w;
-	unsigned int n;
-
-	if (__atomic_load_n(&r->state, __ATOMIC_ACQUIRE) == IBV_QPS_ERR &&
-	    q->qp.state != IBV_QPS_ERR) {
-		/* A requester's access error ended us too. */
-		q->qp.state = IBV_QPS_ERR;
-		qp_flush(q);
-	}
-	while (r->rc_head != __atomic_load_n(&r->rc_tail, __ATOMIC_ACQUIRE)) {
-		n = r->rc_head % VD_RQ;
-		w = cq_push(q->qp.recv_cq, r->rc[n].wr_id, r->rc[n].status,
-			    IBV_WC_RECV, r->rc[n].len, q->qp.qp_num);
-		if (r->rc[n].with_imm) {
-			w->wc_flags = IBV_WC_WITH_IMM;
-			w->imm_data = r->rc[n].imm;
-		}
-		r->rc_head++;
-	}
-}
-
-static int
-vd_poll_cq(struct ibv_cq *cq, int max, struct ibv_wc *wc)
-{
-	struct vd_cq *c = (struct vd_cq *)cq;
-	struct vd_dev *d = (struct vd_dev *)cq->context->device;
-	uint64_t now = now_ns();
-	struct vd_qp *q;
-	int n = 0;
-
-	pthread_mutex_lock(&vd_lock);
-	for (q = d->qps; q != NULL; q = q->next) {
-		if (q->qp.send_cq == cq)
-			progress(q, now);
-		if (q->qp.recv_cq == cq)
-			harvest(q);
-	}
-	while (n < max && c->n > 0) {
-		wc[n++] = c->wc[c->head];
-		c->head = (c->head + 1) % c->size;
-		c->n--;
-	}
-	pthread_mutex_unlock(&vd_lock);
-	return n;
-}
