@@ -127,10 +127,11 @@ struct kvt_sub {
 	uint32_t notify_len;
 	const struct kvt_xpages *pages;	/* a page list (one request) */
 	const struct kvt_xblocks *blocks;	/* a block list */
-	/* Slices not queued yet (an ORDERED one's lcore cuts from a copy). */
+	/* Slices not queued yet (queue.c and cut.c move it; an ORDERED
+	 * one's lcore cuts from a copy). */
 	struct kvt_cursor cur;
-	/* Written by the lcores as it settles (and set at submit): a line
-	 * of its own, so a submit takes one line back, and a poll of the
+	/* Written by the lcores as it settles (complete.c; set at submit):
+	 * a line of its own, so a submit takes one line back, and a poll of the
 	 * done word finds it moved only when something settled. */
 	uint64_t done __rte_cache_aligned;	/* 1 once everything settled */
 	struct kvt_sub *settled_next;	/* on the batch's settled stack */
@@ -145,6 +146,8 @@ struct kvt_sub {
 struct kvt_batch {
 	uint32_t magic;
 	uint32_t cap;
+	/* submit.c, submit_list.c: the requests, their write ranges and
+	 * overlap claims, and the submissions' records. */
 	uint32_t used;		/* requests */
 	struct kvt_req *req;
 	struct kvt_range *ranges;
@@ -154,22 +157,25 @@ struct kvt_batch {
 	struct kvt_sub **chunk;
 	uint32_t nchunks;
 	uint32_t nsubs;
+	/* batch.c: finishing (reap) and the counts kvt_poll returns. */
 	uint32_t reap;		/* submissions [0, reap) finished */
 	uint32_t nfinished;	/* submissions finished, in any order */
-	uint32_t pump;		/* submissions [0, pump) fully queued */
 	uint64_t open_reqs;	/* requests of submissions not finished */
 	uint64_t reaped_reqs;	/* of those, counted in settled_reqs */
 	struct kvt_sub *unsettled;	/* popped before their done word */
 	uint64_t looked_at;	/* submissions reap examined (test hook) */
+	/* queue.c: the pump, and the stash it sends first. */
+	uint32_t pump;		/* submissions [0, pump) fully queued */
 	struct kvt_desc *stash;	/* refused by a full ring, FIFO */
 	struct kvt_desc *stash_tail;
-	uint64_t seq;
+	uint64_t seq;		/* cut.c: striping's round-robin seed */
 	int claimed;		/* claims published since the last sync */
 	/* WHOLE submissions not finished: a device may store their done
 	 * word, and that wakes no sleeping kvt_wait(). */
 	uint32_t whole_open;
 	int zombie;		/* freed by the application */
-	struct kvt_arena *arena;	/* page lists' copies, until reset */
+	/* arena.c: list copies, until reset. */
+	struct kvt_arena *arena;
 	struct kvt_arena *arena_cur;
 	struct kvt_batch *next;
 	/* Written by the lcores, read by the application: a line apart. */
@@ -179,9 +185,9 @@ struct kvt_batch {
 };
 
 /*
- * Memory that page lists keep until the batch is reset: index copies,
- * write ranges.  Chunks never move (lcores and other submitters read
- * them) and are kept across resets.
+ * Memory that list submissions keep until the batch is reset (arena.c):
+ * index and block copies, write ranges.  Chunks never move (lcores and
+ * other submitters read them) and are kept across resets.
  */
 struct kvt_arena {
 	struct kvt_arena *next;
