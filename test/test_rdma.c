@@ -311,6 +311,28 @@ Test(rdma, slices_to_work_requests, .timeout = 60, .fini = rdma_rails_fini)
 	free(src);
 }
 
+/*
+ * An engine here (8 KiB slices) and a peer, over two rails; pool bytes
+ * registered here (*local) and at the peer, readable and writable by us.
+ * @return the peer's region base.
+ */
+static uint64_t
+two_rails_pair(struct tc_peer *t, uint64_t pool, uint8_t **local,
+	       struct kvt_peer **p)
+{
+	uint64_t base;
+
+	rdma_rails("mlx5_0,mlx5_1");
+	cr_assert_geq(tc_engine_init(OPTS " --kvt-slice 8K"), 0);
+	cr_assert_eq(tc_peer_start(t, OPTS), 0);
+	*local = malloc(pool);
+	cr_assert_not_null(*local);
+	cr_assert_not_null(kvt_mem_register(*local, pool, NULL, 0));
+	base = tc_peer_u64(t, 0, "alloc 0 %" PRIu64 " rw", pool);
+	*p = tc_open_peer(t);
+	return base;
+}
+
 /* A page list is striped over both rails like any request. */
 Test(rdma, page_list, .timeout = 60, .fini = rdma_rails_fini)
 {
@@ -324,13 +346,7 @@ Test(rdma, page_list, .timeout = 60, .fini = rdma_rails_fini)
 	struct kvt_peer *p;
 	uint64_t base;
 
-	rdma_rails("mlx5_0,mlx5_1");
-	cr_assert_geq(tc_engine_init(OPTS " --kvt-slice 8K"), 0);
-	cr_assert_eq(tc_peer_start(&t, OPTS), 0);
-	local = malloc(pool);
-	cr_assert_not_null(kvt_mem_register(local, pool, NULL, 0));
-	base = tc_peer_u64(&t, 0, "alloc 0 %" PRIu64 " rw", pool);
-	p = tc_open_peer(&t);
+	base = two_rails_pair(&t, pool, &local, &p);
 	tc_fill(local, pool, 12);
 	for (k = 0; k < n; k++) {
 		li[k] = (k * 37u) % pages;
@@ -371,13 +387,7 @@ Test(rdma, block_list, .timeout = 60, .fini = rdma_rails_fini)
 	struct kvt_peer *p;
 	uint32_t k;
 
-	rdma_rails("mlx5_0,mlx5_1");
-	cr_assert_geq(tc_engine_init(OPTS " --kvt-slice 8K"), 0);
-	cr_assert_eq(tc_peer_start(&t, OPTS), 0);
-	local = malloc(pool);
-	cr_assert_not_null(kvt_mem_register(local, pool, NULL, 0));
-	base = tc_peer_u64(&t, 0, "alloc 0 %" PRIu64 " rw", pool);
-	p = tc_open_peer(&t);
+	base = two_rails_pair(&t, pool, &local, &p);
 	tc_fill(local, pool, 13);
 	for (k = 0; k < 200; k++) {
 		len[k] = sizes[k % 6];
