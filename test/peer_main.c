@@ -18,7 +18,9 @@
  *   watch N ID US            take N notifications "OFF LEN HASH" and check
  *                            each against region ID when it arrives;
  *                            -> number of mismatches
- *   notes US                 take the notifications that arrive -> texts
+ *   notes US N               take the notifications that arrive until N
+ *                            have and 200 ms more (a late copy shows), or
+ *                            for US at most -> texts
  *   open ADDR                open a peer (one at a time)
  *   write ID OFF RADDR LEN   write local region ID to the open peer, wait
  *   stream OP ID OFF RADDR LEN N   N requests of LEN (OP read or write)
@@ -202,15 +204,20 @@ cmd_watch(unsigned int n, unsigned int id, uint64_t us)
 }
 
 static void
-cmd_notes(uint64_t us)
+cmd_notes(uint64_t us, uint64_t want)
 {
 	struct kvt_notify_msg msg;
-	uint64_t deadline = tc_now_us() + us;
+	uint64_t deadline = tc_now_us() + us, got = 0, late;
 
 	printf("ok");
-	while (tc_now_us() < deadline)
-		if (kvt_notify_poll(&msg, 1) == 1)
-			printf(" %.*s@%s", (int)msg.len, msg.data, msg.peer);
+	while (tc_now_us() < deadline) {
+		if (kvt_notify_poll(&msg, 1) != 1)
+			continue;
+		printf(" %.*s@%s", (int)msg.len, msg.data, msg.peer);
+		late = tc_now_us() + 200000;
+		if (++got == want && late < deadline)
+			deadline = late;
+	}
 	printf("\n");
 }
 
@@ -452,8 +459,8 @@ dispatch(char *line)
 		printf("ok %d\n", kvt_fence_wait(ft, (uint32_t)x, y));
 	} else if (sscanf(line, "watch %llu %u %llu", &x, &id, &y) == 3) {
 		cmd_watch((unsigned int)x, id, y);
-	} else if (sscanf(line, "notes %llu", &x) == 1) {
-		cmd_notes(x);
+	} else if (sscanf(line, "notes %llu %llu", &x, &y) == 2) {
+		cmd_notes(x, y);
 	} else if (sscanf(line, "stream %63s %u %llu %llx %llu %llu", a, &id, &x,
 			  &w, &y, &z) == 6) {
 		cmd_stream(a, id, x, w, y, z);

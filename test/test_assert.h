@@ -130,7 +130,7 @@ tc_fence_then_note(struct tc_peer *t, struct kvt_peer *p, uint8_t *src,
 	o.fence = (struct kvt_fence_ref){ .table = ft, .slot = 2, .room = 31 };
 	cr_assert_eq(tc_xfer1(p, KVT_OP_WRITE, src, base, len, &o, 30000000), 0);
 	cr_assert_eq(tc_peer_u64(t, 10, "fwait 2 5000000"), 0);
-	cr_assert_eq(tc_peer_cmd(t, buf, sizeof(buf), "notes 200000"), 0);
+	cr_assert_eq(tc_peer_cmd(t, buf, sizeof(buf), "notes 10000000 1"), 0);
 	cr_assert(strstr(buf, "done@") != NULL, "notification: '%s'", buf);
 }
 

@@ -207,7 +207,7 @@ Test(blocks, fence_and_note_after_the_list, .timeout = 120)
 	cr_assert_eq(kvt_status(b, 0), 0);
 	cr_assert_eq(tc_peer_u64(&w.t, 10, "fwait 1 5000000"), 0);
 	pools_check(&w, "a fenced list");
-	cr_assert_eq(tc_peer_cmd(&w.t, buf, sizeof(buf), "notes 200000"), 0);
+	cr_assert_eq(tc_peer_cmd(&w.t, buf, sizeof(buf), "notes 10000000 1"), 0);
 	cr_assert(strstr(buf, "blocks@") != NULL, "notification: '%s'", buf);
 	kvt_batch_free(b);
 	pools_close(&w);

@@ -132,7 +132,7 @@ Test(faults, lost_answer_tail_acts_once, .timeout = 60)
 	cr_assert_eq(tc_xfer1(p, KVT_OP_WRITE, src, base, sizeof(src), &o,
 			      5000000), 0, "the notification's request failed");
 	cr_assert_eq(r.cuts, 1, "the proxy cut nothing");
-	cr_assert_eq(tc_peer_cmd(&t, notes, sizeof(notes), "notes 300000"), 0);
+	cr_assert_eq(tc_peer_cmd(&t, notes, sizeof(notes), "notes 10000000 1"), 0);
 	cr_assert_eq(count_of(notes, "once-1"), 1, "delivered: '%s'", notes);
 
 	/* A fence whose answer is lost: the request succeeds and the slot

@@ -313,7 +313,8 @@ Test(netns, link_cut_under_notifications, .timeout = 180, .fini = tc_cluster_dow
 	cr_assert_eq(st, 0, "a request failed with one link left: %s", buf);
 	/* " TEXT@peer" each, the first without its space. */
 	notes[0] = ' ';
-	cr_assert_eq(tc_peer_cmd(&dec.p, notes + 1, sizeof(notes) - 1, "notes 500000"), 0);
+	cr_assert_eq(tc_peer_cmd(&dec.p, notes + 1, sizeof(notes) - 1,
+				 "notes 10000000 %u", n * rounds), 0);
 	for (i = 0; i < n * rounds; i++) {
 		char *q;
 		int c = 0;

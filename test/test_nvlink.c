@@ -443,7 +443,7 @@ Test(nvlink, small_and_large_in_flight, .timeout = 300)
 		cr_assert_eq(peer_sum(&t, off, len), tc_cuda_hash(local + off, len),
 			     "submission %d (%" PRIu64 " B) damaged", i, len);
 	}
-	cr_assert_eq(tc_peer_cmd(&t, buf, sizeof(buf), "notes 200000"), 0);
+	cr_assert_eq(tc_peer_cmd(&t, buf, sizeof(buf), "notes 10000000 1"), 0);
 	cr_assert(strstr(buf, "small@") != NULL, "notification: '%s'", buf);
 	kvt_peer_close(p);
 	tc_peer_stop(&t);
@@ -489,7 +489,7 @@ Test(nvlink, fence_and_note_alone, .timeout = 120)
 	cr_assert_eq(kvt_submit(b, p, NULL, 0, &no), 0);
 	cr_assert_eq(kvt_wait(b, 10000000), 0);
 	cr_assert_eq(kvt_status(b, 0), 0);
-	cr_assert_eq(tc_peer_cmd(&t, buf, sizeof(buf), "notes 200000"), 0);
+	cr_assert_eq(tc_peer_cmd(&t, buf, sizeof(buf), "notes 10000000 1"), 0);
 	cr_assert(strstr(buf, "alone@") != NULL, "notification: '%s'", buf);
 	kvt_batch_free(b);
 	kvt_peer_close(p);

@@ -157,7 +157,7 @@ Test(pages, fence_and_note_after_pages, .timeout = 120)
 	cr_assert_eq(tc_peer_u64(&t, 10, "fwait 1 5000000"), 0);
 	cr_assert_eq(tc_peer_u64(&t, 16, "sum 0 0 %" PRIu64, POOL),
 		     tc_hash(mirror, POOL));
-	cr_assert_eq(tc_peer_cmd(&t, buf, sizeof(buf), "notes 200000"), 0);
+	cr_assert_eq(tc_peer_cmd(&t, buf, sizeof(buf), "notes 10000000 1"), 0);
 	cr_assert(strstr(buf, "pages@") != NULL, "notification: '%s'", buf);
 	kvt_peer_close(p);
 	tc_peer_stop(&t);

@@ -97,7 +97,7 @@ notes_once(struct tc_peer *t, char prefix, unsigned int n)
 
 	/* " TEXT@peer" each, the first without its space. */
 	notes[0] = ' ';
-	cr_assert_eq(tc_peer_cmd(t, notes + 1, 8191, "notes 300000"), 0);
+	cr_assert_eq(tc_peer_cmd(t, notes + 1, 8191, "notes 10000000 %u", n), 0);
 	for (i = 0; i < n; i++) {
 		snprintf(want, sizeof(want), " %c%u@", prefix, i);
 		for (c = 0, q = notes; (q = strstr(q, want)) != NULL; q++)
