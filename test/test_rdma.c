@@ -333,6 +333,22 @@ two_rails_pair(struct tc_peer *t, uint64_t pool, uint8_t **local,
 	return base;
 }
 
+/*
+ * The batch's first submission, a write, succeeded: the peer's pool
+ * bytes are mirror's, and both rails of two_rails_pair carried some.
+ */
+static void
+landed_on_both_rails(struct tc_peer *t, struct kvt_batch *b,
+		     const uint8_t *mirror, uint64_t pool)
+{
+	cr_assert_eq(kvt_wait(b, 10000000), 0);
+	cr_assert_eq(kvt_status(b, 0), 0);
+	cr_assert_eq(tc_peer_u64(t, 16, "sum 0 0 %" PRIu64, pool),
+		     tc_hash(mirror, pool));
+	cr_assert_gt(rdma_port_bytes("rdma:mlx5_0"), 0);
+	cr_assert_gt(rdma_port_bytes("rdma:mlx5_1"), 0);
+}
+
 /* A page list is striped over both rails like any request. */
 Test(rdma, page_list, .timeout = 60, .fini = rdma_rails_fini)
 {
@@ -358,12 +374,7 @@ Test(rdma, page_list, .timeout = 60, .fini = rdma_rails_fini)
 				 .local_idx = li, .remote_idx = ri };
 	b = kvt_batch_alloc(1);
 	cr_assert_eq(kvt_submit_pages(b, p, &pg, NULL), 0);
-	cr_assert_eq(kvt_wait(b, 10000000), 0);
-	cr_assert_eq(kvt_status(b, 0), 0);
-	cr_assert_eq(tc_peer_u64(&t, 16, "sum 0 0 %" PRIu64, pool),
-		     tc_hash(mirror, pool));
-	cr_assert_gt(rdma_port_bytes("rdma:mlx5_0"), 0);
-	cr_assert_gt(rdma_port_bytes("rdma:mlx5_1"), 0);
+	landed_on_both_rails(&t, b, mirror, pool);
 	kvt_batch_free(b);
 	kvt_peer_close(p);
 	tc_peer_stop(&t);
@@ -400,12 +411,7 @@ Test(rdma, block_list, .timeout = 60, .fini = rdma_rails_fini)
 				  .remote = rem, .len = len };
 	b = kvt_batch_alloc(2);
 	cr_assert_eq(kvt_submit_blocks(b, p, &bl, NULL), 0);
-	cr_assert_eq(kvt_wait(b, 10000000), 0);
-	cr_assert_eq(kvt_status(b, 0), 0);
-	cr_assert_eq(tc_peer_u64(&t, 16, "sum 0 0 %" PRIu64, pool),
-		     tc_hash(mirror, pool));
-	cr_assert_gt(rdma_port_bytes("rdma:mlx5_0"), 0);
-	cr_assert_gt(rdma_port_bytes("rdma:mlx5_1"), 0);
+	landed_on_both_rails(&t, b, mirror, pool);
 	memset(local, 0, pool);
 	bl.op = KVT_OP_READ;
 	cr_assert_eq(kvt_submit_blocks(b, p, &bl, NULL), 1);
